@@ -1,0 +1,101 @@
+# The map of the project: `make help` lists every target.
+#
+# CPU programs build with gcc, -march=native (CI builds on the machine that runs them)
+# and OpenMP. CUDA programs build with nvcc when it is on the PATH.
+#   make BLAS=1 ...        use OpenBLAS for the CPU trainer's matmuls
+#   make PRECISION=FP32    GPU build precision: BF16 (default), FP16 or FP32
+
+CC ?= gcc
+CFLAGS ?= -O3 -march=native
+CFLAGS += -std=c11 -Wall -Wextra -fopenmp -I.
+LDLIBS = -lm
+SAN_FLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+ifeq ($(BLAS),1)
+  CFLAGS += -DUSE_CBLAS
+  LDLIBS += -lopenblas
+endif
+
+NVCC ?= nvcc
+PRECISION ?= BF16
+NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -DPRECISION=$(PRECISION) -I. -Xcompiler -fopenmp
+NVCC_LIBS = -lcublas -lcublasLt
+HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
+
+# the python that has PyTorch (Debian's python3-torch lives under /usr/bin/python3)
+PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
+# the python that has tiktoken (pip installs for the python3 on PATH)
+PYTHON ?= python3
+
+COMMON_H = $(wildcard common/*.h)
+KERNELS_H = $(wildcard kernels/*.cuh)
+
+.PHONY: help all cpu cuda quickstart data test test-unit test-tokenizer test-ref test-d12 \
+        bench-sgemm bench-tokenizer bench-cpu clean
+
+help:  ## list the targets
+	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-18s %s\n", $$1, $$2}'
+
+all: cpu $(if $(HAVE_NVCC),cuda)  ## build everything this machine can build
+
+cpu: train_gpt2 test_gpt2 prepro build/tokenize  ## build the CPU programs
+
+quickstart: cpu  ## the main job: prepare Tiny Shakespeare, train (GPU if present, else CPU), sample
+	./scripts/quickstart.sh
+
+data: prepro  ## tokenize Tiny Shakespeare into data/tinyshakespeare/*.bin
+	./dev/data/tinyshakespeare.sh
+
+train_gpt2: train_gpt2.c $(COMMON_H)  ## CPU fp32 trainer
+	$(CC) $(CFLAGS) -o $@ train_gpt2.c $(LDLIBS)
+
+test_gpt2: test_gpt2.c train_gpt2.c $(COMMON_H)  ## CPU trainer vs the PyTorch reference
+	$(CC) $(CFLAGS) -o $@ test_gpt2.c $(LDLIBS)
+
+prepro: dev/data/prepro.c $(COMMON_H)  ## text/JSONL to token shards
+	$(CC) $(CFLAGS) -o $@ dev/data/prepro.c $(LDLIBS)
+
+build/tokenize: dev/tokenize.c $(COMMON_H)  ## tokenizer CLI: encode, decode, benchmark
+	@mkdir -p build
+	$(CC) $(CFLAGS) -o $@ dev/tokenize.c $(LDLIBS)
+
+# unit tests, built with AddressSanitizer and UBSan
+build/san/%: dev/test/%.c $(COMMON_H)
+	@mkdir -p build/san
+	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp $(SAN_FLAGS) -o $@ $< $(LDLIBS)
+
+build/test_sgemm: dev/test/test_sgemm.c common/sgemm.h
+	@mkdir -p build
+	$(CC) $(CFLAGS) -o $@ dev/test/test_sgemm.c $(LDLIBS)
+
+build/bench_sgemm: dev/bench_sgemm.c common/sgemm.h
+	@mkdir -p build
+	$(CC) $(CFLAGS) -o $@ dev/bench_sgemm.c $(LDLIBS) $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h),-DHAVE_CBLAS -lopenblas)
+
+UNIT_TESTS = build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
+
+test: cpu $(UNIT_TESTS) build/test_sgemm  ## run every test (CPU; the README's test command)
+	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
+
+test-d12: test_gpt2  ## CPU trainer vs the reference at the GPT-2 124M shape (B=4, T=64; ~1 min)
+	$(PYTHON_TORCH) dev/gpt2_ref.py --model d12 --batch 4 --seq-len 64 --out-dir build/ref_d12
+	./test_gpt2 --ref-dir build/ref_d12
+
+bench-sgemm: build/bench_sgemm  ## GFLOP/s of the CPU matmul at GPT-2 shapes
+	./build/bench_sgemm
+
+bench-tokenizer: build/tokenize data  ## our tokenizer's MB/s beside tiktoken's
+	$(PYTHON) dev/bench_tokenizer.py
+
+bench-cpu: train_gpt2 data  ## CPU trainer step time at d12, B=4, T=64
+	./scripts/bench_cpu.sh
+
+cuda: train_gpt2cu test_gpt2cu  ## build the GPU trainer and its test (nvcc)
+
+train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer
+	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpt2.cu $(NVCC_LIBS)
+
+test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
+	$(NVCC) $(NVCC_FLAGS) -o $@ test_gpt2.cu $(NVCC_LIBS)
+
+clean:  ## remove build outputs (keeps data/)
+	rm -rf build train_gpt2 test_gpt2 prepro train_gpt2cu test_gpt2cu

@@ -1,0 +1,75 @@
+// args.h: the one command-line parser. Each program declares a table of options
+// (short flag as used by llm.c-style run scripts, long name, type, destination, help)
+// and calls args_parse(). Accepts "-b 4", "--batch-size 4", "--batch-size=4", and
+// "--help"/"-h". Unknown flags, missing values and malformed numbers stop the program
+// with a message that names the flag.
+#ifndef COMMON_ARGS_H
+#define COMMON_ARGS_H
+#include "util.h"
+
+typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING } ArgType;
+
+typedef struct {
+    const char *short_flag;  // e.g. "-b" or "-sl"; NULL if long-only
+    const char *long_flag;   // e.g. "--batch-size"
+    ArgType type;
+    void *dest;              // int*, float*, or const char** (points into argv)
+    const char *help;
+} ArgSpec;
+
+static inline void args_print_help(const char *usage, const ArgSpec *specs, int n) {
+    printf("%s\n\nOptions:\n", usage);
+    for (int i = 0; i < n; i++) {
+        const ArgSpec *s = &specs[i];
+        char names[64];
+        snprintf(names, sizeof names, "%s%s%s", s->short_flag ? s->short_flag : "",
+                 s->short_flag ? ", " : "", s->long_flag);
+        char def[160] = "";
+        if (s->type == ARG_INT) snprintf(def, sizeof def, " (default %d)", *(int *)s->dest);
+        else if (s->type == ARG_FLOAT) snprintf(def, sizeof def, " (default %g)", *(float *)s->dest);
+        else if (*(const char **)s->dest) snprintf(def, sizeof def, " (default %s)", *(const char **)s->dest);
+        printf("  %-26s %s%s\n", names, s->help, def);
+    }
+    printf("  %-26s %s\n", "-h, --help", "print this help and exit");
+}
+
+static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n, const char *usage) {
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            args_print_help(usage, specs, n);
+            exit(0);
+        }
+        // split "--name=value"
+        char name[128];
+        const char *value = NULL;
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (name_len >= sizeof name) fatal("unknown option '%s' (see --help)", arg);
+        memcpy(name, arg, name_len);
+        name[name_len] = 0;
+        const ArgSpec *s = NULL;
+        for (int i = 0; i < n && !s; i++) {
+            if ((specs[i].short_flag && !strcmp(name, specs[i].short_flag)) ||
+                !strcmp(name, specs[i].long_flag)) s = &specs[i];
+        }
+        if (!s) fatal("unknown option '%s' (see --help)", arg);
+        if (eq) value = eq + 1;
+        else if (a + 1 < argc) value = argv[++a];
+        else fatal("option %s needs a value (see --help)", name);
+        if (s->type == ARG_INT) {
+            long v;
+            if (!parse_long(value, &v) || v < -2147483647L || v > 2147483647L)
+                fatal("option %s expects an integer, got '%s'", name, value);
+            *(int *)s->dest = (int)v;
+        } else if (s->type == ARG_FLOAT) {
+            double v;
+            if (!parse_double(value, &v)) fatal("option %s expects a number, got '%s'", name, value);
+            *(float *)s->dest = (float)v;
+        } else {
+            *(const char **)s->dest = value;
+        }
+    }
+}
+
+#endif // COMMON_ARGS_H

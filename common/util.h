@@ -1,0 +1,161 @@
+// util.h: the one place for fatal errors, checked allocation, checked file I/O,
+// atomic file replacement and wall-clock time. Every program and test includes it.
+#ifndef COMMON_UTIL_H
+#define COMMON_UTIL_H
+
+#define _GNU_SOURCE 1
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+// fatal: print "error: <message>" to stderr and exit(1). Messages should name the file
+// or flag at fault and say what to change.
+__attribute__((noreturn, format(printf, 1, 2)))
+static inline void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static inline void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) fatal("out of host memory allocating %zu bytes", n);
+    return p;
+}
+
+static inline void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fatal("out of host memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+static inline void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) fatal("out of host memory reallocating to %zu bytes", n);
+    return q;
+}
+
+static inline char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = (char *)xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+static inline FILE *xfopen(const char *path, const char *mode) {
+    FILE *f = fopen(path, mode);
+    if (!f) fatal("cannot open %s (mode %s): %s", path, mode, strerror(errno));
+    return f;
+}
+
+// Size of an open file in bytes (leaves the position at the start).
+static inline int64_t xfile_size(FILE *f, const char *path) {
+    if (fseeko(f, 0, SEEK_END) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
+    off_t n = ftello(f);
+    if (n < 0) fatal("cannot tell the size of %s: %s", path, strerror(errno));
+    if (fseeko(f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
+    return (int64_t)n;
+}
+
+// Read exactly count items or die naming the file: a short read means a truncated file.
+static inline void xfread(void *dst, size_t size, size_t count, FILE *f, const char *path) {
+    size_t got = fread(dst, size, count, f);
+    if (got != count) {
+        if (ferror(f)) fatal("read error in %s: %s", path, strerror(errno));
+        fatal("%s is truncated: wanted %zu items of %zu bytes, got %zu", path, count, size, got);
+    }
+}
+
+static inline void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *path) {
+    if (fwrite(src, size, count, f) != count)
+        fatal("write error in %s: %s (disk full?)", path, strerror(errno));
+}
+
+static inline void xfclose(FILE *f, const char *path) {
+    if (fclose(f) != 0) fatal("error closing %s: %s", path, strerror(errno));
+}
+
+// Whole-file read into a malloc'd buffer (NUL-terminated for convenience).
+static inline uint8_t *xread_file(const char *path, size_t *len_out) {
+    FILE *f = xfopen(path, "rb");
+    int64_t n = xfile_size(f, path);
+    uint8_t *buf = (uint8_t *)xmalloc((size_t)n + 1);
+    if (n > 0) xfread(buf, 1, (size_t)n, f, path);
+    buf[n] = 0;
+    fclose(f);
+    *len_out = (size_t)n;
+    return buf;
+}
+
+// Atomic replacement: write to "<path>.tmp", then atomic_commit() flushes it to disk and
+// renames it over <path>. A crash mid-write leaves the previous <path> intact.
+typedef struct {
+    FILE *f;
+    char *path;
+    char *tmp_path;
+} AtomicFile;
+
+static inline AtomicFile atomic_open(const char *path) {
+    AtomicFile a;
+    a.path = xstrdup(path);
+    a.tmp_path = (char *)xmalloc(strlen(path) + 8);
+    sprintf(a.tmp_path, "%s.tmp", path);
+    a.f = xfopen(a.tmp_path, "wb");
+    return a;
+}
+
+static inline void atomic_commit(AtomicFile *a) {
+    if (fflush(a->f) != 0) fatal("error writing %s: %s", a->tmp_path, strerror(errno));
+    if (fsync(fileno(a->f)) != 0) fatal("error syncing %s: %s", a->tmp_path, strerror(errno));
+    xfclose(a->f, a->tmp_path);
+    if (rename(a->tmp_path, a->path) != 0)
+        fatal("cannot rename %s to %s: %s", a->tmp_path, a->path, strerror(errno));
+    free(a->path);
+    free(a->tmp_path);
+    a->f = NULL;
+}
+
+static inline int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Strict number parsing for flags and config values: the whole string must be a number.
+static inline int parse_long(const char *s, long *out) {
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end) return 0;
+    *out = v;
+    return 1;
+}
+
+static inline int parse_double(const char *s, double *out) {
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end) return 0;
+    *out = v;
+    return 1;
+}
+
+#endif // COMMON_UTIL_H

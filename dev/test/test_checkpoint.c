@@ -1,0 +1,268 @@
+// test_checkpoint.c: unit tests of common/checkpoint.h: model descriptors, bf16
+// rounding, model checkpoint fp32/bf16 round trips, the debug state and training state
+// readers, and clear errors (no crash) on corrupted, truncated and mismatched files.
+// Built with AddressSanitizer and UBSan by `make test`.
+#include "testutil.h"
+#include "../../common/checkpoint.h"
+#include "../../common/rng.h"
+#include <math.h>
+
+static char g_dir[256];
+static GPT2Config g_cfg;
+
+static char *path_in(const char *name) {
+    char *p = (char *)xmalloc(strlen(g_dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", g_dir, name);
+    return p;
+}
+
+static float *random_params(const GPT2Config *c, uint64_t *rng) {
+    size_t n = gpt2_num_params(c);
+    float *p = (float *)xmalloc(n * sizeof(float));
+    rng_fill_normal(rng, p, n, 0.0f, 1.0f);
+    return p;
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = xfopen(path, "wb");
+    if (n) xfwrite(data, 1, n, f, path);
+    xfclose(f, path);
+}
+
+// ---------------------------------------------------------------------------
+
+static void test_descriptors(void) {
+    GPT2Config c;
+    CHECK(gpt2_config_from_descriptor("d12", &c) && c.num_layers == 12 && c.num_heads == 12 && c.channels == 768 &&
+          c.max_seq_len == 1024 && c.vocab_size == 50257 && c.padded_vocab_size == 50304, "d12");
+    CHECK(gpt2_config_from_descriptor("d48", &c) && c.num_layers == 48 && c.num_heads == 25 && c.channels == 1600, "d48");
+    CHECK(gpt2_config_from_descriptor("l4h4c256t128", &c) && c.num_layers == 4 && c.num_heads == 4 && c.channels == 256 &&
+          c.max_seq_len == 128, "l4h4c256t128");
+    CHECK(gpt2_config_from_descriptor("l2h2c64", &c) && c.max_seq_len == 1024, "l2h2c64 default maxT");
+    const char *bad[] = {"d13", "l4h4", "l4h4c256x", "l4h4c256t", "model.bin", "", "dd12"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(!gpt2_config_from_descriptor(bad[i], &c), "'%s' must not parse as a descriptor", bad[i]);
+    // d12 has 124M parameters without the padding (the number GPT-2 124M is named for)
+    gpt2_config_from_descriptor("d12", &c);
+    CHECK(gpt2_num_real_params(&c) == 124439808, "d12 real params %zu", gpt2_num_real_params(&c));
+    c.channels = 770;
+    CHECK(gpt2_config_problem(&c) != NULL, "channels not divisible by heads must be refused");
+}
+
+// bf16 rounding against a direct search for the nearest representable value
+static void test_bf16_rounding(void) {
+    uint64_t rng = rng_seed((uint64_t)time(NULL));
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)rng_next_u64(&rng);
+        float f;
+        memcpy(&f, &u, 4);
+        if (!isfinite(f)) continue;
+        uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+        // past the largest finite bf16, the next step up is 2^128 (which rounds to inf)
+        double vhi = isinf(bf16_to_float(hi)) ? copysign(ldexp(1.0, 128), f) : (double)bf16_to_float(hi);
+        double dlo = fabs((double)bf16_to_float(lo) - f), dhi = fabs(vhi - f);
+        uint16_t want = dlo < dhi ? lo : dhi < dlo ? hi : ((lo & 1) ? hi : lo);
+        if ((u & 0xffff) == 0) want = lo;
+        uint16_t got = float_to_bf16(f);
+        if (got != want) {
+            CHECK(0, "float_to_bf16(%a) = 0x%04x, nearest-even is 0x%04x", f, got, want);
+            break;
+        }
+    }
+    CHECK(isnan(bf16_to_float(float_to_bf16(NAN))), "NaN must stay NaN");
+    CHECK(isinf(bf16_to_float(float_to_bf16(INFINITY))), "inf must stay inf");
+}
+
+static void test_model_roundtrip(void) {
+    uint64_t rng = rng_seed(1);
+    float *p = random_params(&g_cfg, &rng);
+    size_t n = gpt2_num_params(&g_cfg);
+    char *f32 = path_in("model.bin"), *b16 = path_in("model_bf16.bin");
+    gpt2_checkpoint_write(f32, &g_cfg, p, 0);
+    gpt2_checkpoint_write(b16, &g_cfg, p, 1);
+    char *tmp = path_in("model.bin.tmp");
+    CHECK(!file_exists(tmp), "the temporary file must be gone after the write");
+    free(tmp);
+    GPT2Config c;
+    float *q = gpt2_checkpoint_read(f32, &c);
+    CHECK(memcmp(&c, &g_cfg, sizeof c) == 0, "fp32 config differs");
+    CHECK(memcmp(p, q, n * sizeof(float)) == 0, "fp32 params differ");
+    free(q);
+    q = gpt2_checkpoint_read(b16, &c);
+    CHECK(memcmp(&c, &g_cfg, sizeof c) == 0, "bf16 config differs");
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += q[i] != bf16_to_float(float_to_bf16(p[i]));
+    CHECK(bad == 0, "%zu bf16 params differ from the rounded fp32 values", bad);
+    free(q);
+    free(p);
+    free(f32);
+    free(b16);
+}
+
+// corrupted checkpoints: each must fail with status 1 and a message naming the file
+static void read_checkpoint_child(const char *path) {
+    GPT2Config c;
+    free(gpt2_checkpoint_read(path, &c));
+}
+
+static void corrupt_and_expect(const char *name, void (*mutate)(uint8_t *buf, size_t *len), const char *what) {
+    size_t len;
+    char *src = path_in("model.bin");
+    uint8_t *buf = xread_file(src, &len);
+    free(src);
+    buf = (uint8_t *)xrealloc(buf, len + 64);
+    mutate(buf, &len);
+    char *p = path_in(name);
+    write_bytes(p, buf, len);
+    const char *needles[] = {p, what, NULL};
+    expect_failure(read_checkpoint_child, p, needles);
+    free(buf);
+    free(p);
+}
+
+static void set_int(uint8_t *buf, int idx, int v) { memcpy(buf + 4 * idx, &v, 4); }
+static void m_magic(uint8_t *b, size_t *n) { (void)n; set_int(b, 0, 12345); }
+static void m_version(uint8_t *b, size_t *n) { (void)n; set_int(b, 1, 4); }
+static void m_truncate(uint8_t *b, size_t *n) { (void)b; *n -= 10; }
+static void m_extra(uint8_t *b, size_t *n) { memset(b + *n, 0, 7); *n += 7; }
+static void m_header_only(uint8_t *b, size_t *n) { (void)b; *n = 100; }
+static void m_heads(uint8_t *b, size_t *n) { (void)n; set_int(b, 5, 3); }
+static void m_layers(uint8_t *b, size_t *n) { (void)n; set_int(b, 4, -2); }
+static void m_padded(uint8_t *b, size_t *n) { (void)n; set_int(b, 7, 10); }
+static void m_empty(uint8_t *b, size_t *n) { (void)b; *n = 0; }
+
+static void test_corrupted_checkpoints(void) {
+    corrupt_and_expect("bad_magic.bin", m_magic, "magic");
+    corrupt_and_expect("bad_version.bin", m_version, "version");
+    corrupt_and_expect("truncated.bin", m_truncate, "truncated");
+    corrupt_and_expect("extra.bin", m_extra, "bytes");
+    corrupt_and_expect("header_only.bin", m_header_only, "header");
+    corrupt_and_expect("bad_heads.bin", m_heads, "divisible");
+    corrupt_and_expect("bad_layers.bin", m_layers, "num_layers");
+    corrupt_and_expect("bad_padded.bin", m_padded, "padded");
+    corrupt_and_expect("empty.bin", m_empty, "header");
+    char *missing = path_in("no_such_file.bin");
+    const char *needles[] = {missing, "cannot open", NULL};
+    expect_failure(read_checkpoint_child, missing, needles);
+    free(missing);
+}
+
+// debug state v3 written by hand, read back; then truncated
+static void write_debug_state(const char *path, int B, int T, int nsteps) {
+    size_t BT = (size_t)B * T, V = (size_t)g_cfg.vocab_size, np = gpt2_num_params(&g_cfg);
+    int h[HEADER_INTS] = {0};
+    h[0] = DEBUG_STATE_MAGIC; h[1] = 3; h[2] = B; h[3] = T; h[4] = (int)V; h[5] = nsteps;
+    FILE *f = xfopen(path, "wb");
+    xfwrite(h, 4, HEADER_INTS, f, path);
+    for (size_t i = 0; i < 2 * BT; i++) { int t = (int)(i % V); xfwrite(&t, 4, 1, f, path); }
+    float *zeros = (float *)xcalloc(BT * V + 1 + np + (size_t)nsteps + 8, sizeof(float));
+    for (int i = 0; i < nsteps; i++) zeros[BT * V + 1 + np + i] = 10.0f - i;
+    xfwrite(zeros, 4, BT * V + 1 + np + (size_t)nsteps + 8, f, path);
+    xfclose(f, path);
+    free(zeros);
+}
+
+static void read_debug_child(const char *path) {
+    DebugState d;
+    debug_state_read(path, &g_cfg, &d);
+    debug_state_free(&d);
+}
+
+static void test_debug_state(void) {
+    char *p = path_in("debug_state.bin");
+    write_debug_state(p, 2, 8, 3);
+    DebugState d;
+    debug_state_read(p, &g_cfg, &d);
+    CHECK(d.B == 2 && d.T == 8 && d.nsteps == 3 && d.V == g_cfg.vocab_size, "header fields");
+    CHECK(d.x[5] == 5 && d.losses[2] == 8.0f, "payload");
+    debug_state_free(&d);
+    size_t len;
+    uint8_t *buf = xread_file(p, &len);
+    char *q = path_in("debug_truncated.bin");
+    write_bytes(q, buf, len - 4);
+    const char *needles[] = {q, "expected", NULL};
+    expect_failure(read_debug_child, q, needles);
+    write_debug_state(q, 2, g_cfg.max_seq_len + 1, 0);
+    const char *needles2[] = {q, "does not fit", NULL};
+    expect_failure(read_debug_child, q, needles2);
+    free(buf); free(p); free(q);
+}
+
+static TrainState make_state(size_t n, int master) {
+    TrainState s;
+    memset(&s, 0, sizeof s);
+    s.n = n;
+    s.world_size = 2;
+    s.rank = 1;
+    s.loader_pos_bytes = 24;
+    s.m = (float *)xcalloc(n, 4);
+    s.v = (float *)xcalloc(n, 4);
+    s.master = master ? (float *)xcalloc(n, 4) : NULL;
+    return s;
+}
+
+static void free_state(TrainState *s) { free(s->m); free(s->v); free(s->master); }
+
+static void read_state_child(const char *path) {
+    TrainState s = make_state(1000, 1);
+    train_state_read(path, &s);
+}
+
+static void read_state_wrong_n_child(const char *path) {
+    TrainState s = make_state(999, 1);
+    train_state_read(path, &s);
+}
+
+static void read_state_wrong_rank_child(const char *path) {
+    TrainState s = make_state(1000, 1);
+    s.world_size = 4;
+    train_state_read(path, &s);
+}
+
+static void test_train_state(void) {
+    uint64_t rng = rng_seed(7);
+    TrainState s = make_state(1000, 1);
+    rng_fill_normal(&rng, s.m, 1000, 0, 1);
+    rng_fill_normal(&rng, s.v, 1000, 0, 1);
+    rng_fill_normal(&rng, s.master, 1000, 0, 1);
+    s.step = 17; s.rng = 0x123456789abcdefULL; s.loss_scale = 65536.0f; s.loss_scale_good_steps = 5;
+    for (int i = 0; i < 24; i++) s.loader_pos[i] = (uint8_t)(i * 7);
+    char *p = path_in("state.bin");
+    train_state_write(p, &s);
+    TrainState r = make_state(1000, 1);
+    train_state_read(p, &r);
+    CHECK(r.step == 17 && r.rng == s.rng && r.loss_scale == 65536.0f && r.loss_scale_good_steps == 5, "scalars");
+    CHECK(!memcmp(r.m, s.m, 4000) && !memcmp(r.v, s.v, 4000) && !memcmp(r.master, s.master, 4000), "arrays");
+    CHECK(!memcmp(r.loader_pos, s.loader_pos, 24), "loader position");
+    const char *n1[] = {p, "optimizer elements", NULL};
+    expect_failure(read_state_wrong_n_child, p, n1);
+    const char *n2[] = {p, "same number of ranks", NULL};
+    expect_failure(read_state_wrong_rank_child, p, n2);
+    size_t len;
+    uint8_t *buf = xread_file(p, &len);
+    char *q = path_in("state_truncated.bin");
+    write_bytes(q, buf, len - 100);
+    const char *n3[] = {q, "truncated", NULL};
+    expect_failure(read_state_child, q, n3);
+    free(buf); free(p); free(q);
+    free_state(&s); free_state(&r);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "build/test_checkpoint_%d", (int)getpid());
+    mkdir("build", 0755);
+    if (mkdir(g_dir, 0755) != 0) fatal("cannot create %s", g_dir);
+    // a small shape with a non-GPT-2 vocabulary, padded to 128
+    g_cfg.max_seq_len = 16; g_cfg.vocab_size = 300; g_cfg.padded_vocab_size = 384;
+    g_cfg.num_layers = 2; g_cfg.num_heads = 2; g_cfg.channels = 8;
+    run_case("model descriptors", test_descriptors);
+    run_case("bf16 round-to-nearest-even", test_bf16_rounding);
+    run_case("model checkpoint fp32/bf16 round trip", test_model_roundtrip);
+    run_case("corrupted checkpoints fail clearly", test_corrupted_checkpoints);
+    run_case("debug state v3 read, truncated, bad T", test_debug_state);
+    run_case("training state round trip and mismatches", test_train_state);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);
+    return test_summary();
+}

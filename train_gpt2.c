@@ -1,0 +1,838 @@
+// train_gpt2.c: the CPU fp32 reference trainer of GPT-2. Every layer's forward and
+// backward is written out below in plain C, parallelised with OpenMP; the matrix
+// multiplies go through common/sgemm.h (our blocked AVX kernel, or OpenBLAS when built
+// with USE_CBLAS). The training loop at the bottom reads like the algorithm:
+// forward, loss, backward, clip, update, log. test_gpt2.c includes this file with
+// TESTING defined and checks it against the PyTorch reference (dev/gpt2_ref.py).
+#include "common/util.h"
+#include "common/args.h"
+#include "common/checkpoint.h"
+#include "common/dataloader.h"
+#include "common/logger.h"
+#include "common/rng.h"
+#include "common/schedule.h"
+#include "common/sgemm.h"
+#include "common/tokenizer.h"
+#include <dirent.h>
+#include <float.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// Layers. Shapes: B batch, T time, C channels, NH heads, V vocab, Vp padded vocab.
+// Backward functions accumulate (+=) into parameter gradients and input gradients.
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *te = wte + (size_t)inp[b * T + t] * C, *pe = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+        }
+    }
+}
+
+// Serial on purpose: a token id can repeat within the batch, and a fixed summation order
+// keeps the result deterministic. It is a tiny share of the step.
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *dte = dwte + (size_t)inp[b * T + t] * C, *dpe = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) {
+                dte[c] += d[c];
+                dpe[c] += d[c];
+            }
+        }
+    }
+}
+
+// Normalise each row over C, then scale and shift. Keeps mean and 1/std for backward.
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+    const float eps = 1e-5f;
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float var = 0.0f;
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        var /= C;
+        float s = 1.0f / sqrtf(var + eps);
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int N, int C) {
+    // input gradient: rows are independent
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dnorm = w[c] * d[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * (x[c] - m) * s;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float *dx = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // weight and bias gradients: each thread owns a range of channels and sums over rows
+    // in order, so the result does not depend on scheduling
+    #pragma omp parallel
+    {
+        int nt = num_threads(), id = thread_id();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += (x[c] - m) * s * d[c];
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+// Causal self-attention. qkv is (B,T,3C) holding q|k|v; att keeps the softmax
+// probabilities (B,NH,T,T) for backward; out is (B,T,C).
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxv = -FLT_MAX;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    s *= scale;
+                    a[t2] = s;
+                    if (s > maxv) maxv = s;
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = expf(a[t2] - maxv);
+                    sum += a[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+        }
+    }
+}
+
+// Parallel over (batch, head) pairs only: the gradients of k and v of one head collect
+// contributions from every later query, so one thread must own the whole head.
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel
+    {
+        float *datt = (float *)xmalloc((size_t)T * sizeof(float));
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int t = 0; t < T; t++) {
+                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float *d = dout + ((size_t)b * T + t) * C + h * hs;
+                    const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    // through out = att @ v
+                    float dot = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                        float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                        float s = 0.0f;
+                        for (int i = 0; i < hs; i++) {
+                            s += d[i] * v[i];
+                            dv[i] += a[t2] * d[i];
+                        }
+                        datt[t2] = s;
+                        dot += a[t2] * s;
+                    }
+                    // through the softmax, then the scaled q.k scores
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float dpre = a[t2] * (datt[t2] - dot) * scale;
+                        const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        for (int i = 0; i < hs; i++) {
+                            dq[i] += dpre * k[i];
+                            dk[i] += dpre * q[i];
+                        }
+                    }
+                }
+            }
+        }
+        free(datt);
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
+
+static void gelu_forward(float *out, const float *inp, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// Softmax over the V real columns of each row of logits (the Vp-V padded columns get
+// probability 0), then the cross-entropy of each position's target.
+static void softmax_crossentropy_forward(float *probs, float *losses, const float *logits, const int *targets,
+                                         int N, int V, int Vp) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * Vp;
+        float *p = probs + (size_t)i * Vp;
+        float maxv = -FLT_MAX;
+        for (int v = 0; v < V; v++) if (l[v] > maxv) maxv = l[v];
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) {
+            p[v] = expf(l[v] - maxv);
+            sum += p[v];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int v = 0; v < V; v++) p[v] *= inv;
+        for (int v = V; v < Vp; v++) p[v] = 0.0f;
+        if (targets) losses[i] = -logf(p[targets[i]]);
+    }
+}
+
+// d loss / d logits = (probs - onehot(target)) * dloss, written (not accumulated) over
+// the logits buffer; padded columns get zero.
+static void softmax_crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss,
+                                          int N, int V, int Vp) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *p = probs + (size_t)i * Vp;
+        float *d = dlogits + (size_t)i * Vp;
+        for (int v = 0; v < V; v++) d[v] = p[v] * dloss;
+        for (int v = V; v < Vp; v++) d[v] = 0.0f;
+        d[targets[i]] -= dloss;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// The model
+
+typedef struct {
+    // per layer (L copies): sizes in gpt2_alloc_activations
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
+    // once
+    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *losses;
+    // backward scratch, reused by every layer
+    float *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dlnf;
+} Activations;
+
+typedef struct {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAM_TENSORS], num_params;
+    float *params, *param[NUM_PARAM_TENSORS];  // one buffer, checkpoint order
+    float *grads, *grad[NUM_PARAM_TENSORS];
+    float *m, *v;                              // AdamW moments
+    int B, T;                                  // activation capacity
+    Activations acts;
+    float *act_memory;
+    float mean_loss;                           // of the last forward with targets
+} GPT2;
+
+static void point_into(float *base, const size_t *sizes, float **ptrs) {
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        ptrs[i] = base;
+        base += sizes[i];
+    }
+}
+
+static void gpt2_init_common(GPT2 *model) {
+    gpt2_param_sizes(&model->config, model->param_sizes);
+    model->num_params = gpt2_num_params(&model->config);
+    point_into(model->params, model->param_sizes, model->param);
+    model->grads = (float *)xcalloc(model->num_params, sizeof(float));
+    point_into(model->grads, model->param_sizes, model->grad);
+    model->m = (float *)xcalloc(model->num_params, sizeof(float));
+    model->v = (float *)xcalloc(model->num_params, sizeof(float));
+    model->act_memory = NULL;
+    model->B = model->T = 0;
+    model->mean_loss = -1.0f;
+}
+
+static void gpt2_load(GPT2 *model, const char *path) {
+    model->params = gpt2_checkpoint_read(path, &model->config);
+    gpt2_init_common(model);
+}
+
+static size_t activation_floats(const GPT2Config *c, int B, int T) {
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
+    size_t per_layer = BT * C * 7 + BT * 4 + BT * 3 * C + (size_t)B * NH * T * T + BT * 4 * C * 2;
+    size_t once = BT * C * 2 + BT * 2 + BT * Vp * 2 + BT;
+    size_t scratch = BT * C * 4 + BT * 3 * C + BT * 4 * C * 2;
+    return L * per_layer + once + scratch;
+}
+
+static void gpt2_alloc_activations(GPT2 *model, int B, int T) {
+    const GPT2Config *c = &model->config;
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
+    model->act_memory = (float *)xcalloc(activation_floats(c, B, T), sizeof(float));
+    float *p = model->act_memory;
+    Activations *a = &model->acts;
+#define TAKE(field, count) do { a->field = p; p += (count); } while (0)
+    TAKE(ln1, L * BT * C); TAKE(ln1_mean, L * BT); TAKE(ln1_rstd, L * BT);
+    TAKE(qkv, L * BT * 3 * C); TAKE(atty, L * BT * C); TAKE(att, L * B * NH * T * T);
+    TAKE(attproj, L * BT * C); TAKE(residual2, L * BT * C);
+    TAKE(ln2, L * BT * C); TAKE(ln2_mean, L * BT); TAKE(ln2_rstd, L * BT);
+    TAKE(fch, L * BT * 4 * C); TAKE(fch_gelu, L * BT * 4 * C);
+    TAKE(fcproj, L * BT * C); TAKE(residual3, L * BT * C);
+    TAKE(encoded, BT * C); TAKE(lnf, BT * C); TAKE(lnf_mean, BT); TAKE(lnf_rstd, BT);
+    TAKE(logits, BT * Vp); TAKE(probs, BT * Vp); TAKE(losses, BT);
+    TAKE(dresidual, BT * C); TAKE(dln, BT * C); TAKE(dqkv, BT * 3 * C); TAKE(datty, BT * C);
+    TAKE(dfch, BT * 4 * C); TAKE(dfch_gelu, BT * 4 * C); TAKE(dlnf, BT * C);
+#undef TAKE
+    if ((size_t)(p - model->act_memory) != activation_floats(c, B, T)) fatal("internal: activation layout mismatch");
+    model->B = B;
+    model->T = T;
+}
+
+// Forward pass over inputs (B,T); with targets, also the per-position losses and their
+// mean. B*T may be smaller than the allocated capacity (used by sampling).
+static void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
+    const GPT2Config *c = &model->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    if (!model->act_memory) gpt2_alloc_activations(model, B, T);
+    if ((size_t)B * T > (size_t)model->B * model->T || T > model->T)
+        fatal("internal: forward with B=%d T=%d beyond the allocated B=%d T=%d", B, T, model->B, model->T);
+    for (int i = 0; i < B * T; i++)
+        if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary (%d)", inputs[i], i, V);
+    // per-layer activations are laid out at the allocated capacity
+    size_t BTcap = (size_t)model->B * model->T, N = (size_t)B * T;
+    size_t attcap = (size_t)model->B * NH * model->T * model->T;
+    Activations *a = &model->acts;
+    float **p = model->param;
+
+    encoder_forward(a->encoded, inputs, p[P_WTE], p[P_WPE], B, T, C);
+    for (int l = 0; l < L; l++) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTcap * C;
+        float *ln1 = a->ln1 + l * BTcap * C, *qkv = a->qkv + l * BTcap * 3 * C, *atty = a->atty + l * BTcap * C;
+        float *att = a->att + l * attcap, *attproj = a->attproj + l * BTcap * C;
+        float *residual2 = a->residual2 + l * BTcap * C, *ln2 = a->ln2 + l * BTcap * C;
+        float *fch = a->fch + l * BTcap * 4 * C, *fch_gelu = a->fch_gelu + l * BTcap * 4 * C;
+        float *fcproj = a->fcproj + l * BTcap * C, *residual3 = a->residual3 + l * BTcap * C;
+
+        layernorm_forward(ln1, a->ln1_mean + l * BTcap, a->ln1_rstd + l * BTcap, residual,
+                          p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)N, C);
+        matmul_forward(qkv, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, (int)N, C, 3 * C);
+        attention_forward(atty, att, qkv, B, T, C, NH);
+        matmul_forward(attproj, atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, (int)N, C, C);
+        residual_forward(residual2, residual, attproj, N * C);
+        layernorm_forward(ln2, a->ln2_mean + l * BTcap, a->ln2_rstd + l * BTcap, residual2,
+                          p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C);
+        matmul_forward(fch, ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C, (int)N, C, 4 * C);
+        gelu_forward(fch_gelu, fch, N * 4 * C);
+        matmul_forward(fcproj, fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, (int)N, 4 * C, C);
+        residual_forward(residual3, residual2, fcproj, N * C);
+    }
+    const float *last = a->residual3 + (L - 1) * BTcap * C;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p[P_LNFW], p[P_LNFB], (int)N, C);
+    matmul_forward(a->logits, a->lnf, p[P_WTE], NULL, (int)N, C, Vp);  // lm_head tied to wte
+    if (targets) {
+        for (size_t i = 0; i < N; i++)
+            if (targets[i] < 0 || targets[i] >= V) fatal("target id %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
+    }
+    softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, (int)N, V, Vp);
+    if (targets) {
+        double sum = 0.0;
+        for (size_t i = 0; i < N; i++) sum += a->losses[i];
+        model->mean_loss = (float)(sum / (double)N);
+    } else {
+        model->mean_loss = -1.0f;
+    }
+}
+
+static void gpt2_zero_grad(GPT2 *model) {
+    memset(model->grads, 0, model->num_params * sizeof(float));
+}
+
+// Backward of the last forward (which must have had targets). loss_scale divides the
+// mean loss, e.g. 1/grad_accum_steps when gradients are accumulated over micro-steps.
+// Gradients accumulate into model->grads.
+static void gpt2_backward(GPT2 *model, const int *inputs, const int *targets, float loss_scale) {
+    const GPT2Config *c = &model->config;
+    int B = model->B, T = model->T, L = c->num_layers, C = c->channels, NH = c->num_heads;
+    int V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t N = (size_t)B * T, attsz = (size_t)B * NH * T * T;
+    Activations *a = &model->acts;
+    float **p = model->param, **g = model->grad;
+
+    // the classifier: dlogits overwrite the logits buffer
+    float *dlogits = a->logits;
+    softmax_crossentropy_backward(dlogits, a->probs, targets, loss_scale / (float)N, (int)N, V, Vp);
+    memset(a->dlnf, 0, N * C * sizeof(float));
+    matmul_backward(a->dlnf, g[P_WTE], NULL, dlogits, a->lnf, p[P_WTE], (int)N, C, Vp);
+    memset(a->dresidual, 0, N * C * sizeof(float));
+    layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], a->dlnf, a->residual3 + (L - 1) * N * C,
+                       p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, C);
+
+    // dresidual carries the gradient of the residual stream down through the layers
+    for (int l = L - 1; l >= 0; l--) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
+        const float *ln1 = a->ln1 + l * N * C, *qkv = a->qkv + l * N * 3 * C, *atty = a->atty + l * N * C;
+        const float *att = a->att + l * attsz, *residual2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
+        const float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
+
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        memset(a->dfch_gelu, 0, N * 4 * C * sizeof(float));
+        matmul_backward(a->dfch_gelu, g[P_FCPROJW] + (size_t)l * C * 4 * C, g[P_FCPROJB] + l * C,
+                        a->dresidual, fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, (int)N, 4 * C, C);
+        memset(a->dfch, 0, N * 4 * C * sizeof(float));
+        gelu_backward(a->dfch, fch, a->dfch_gelu, N * 4 * C);
+        memset(a->dln, 0, N * C * sizeof(float));
+        matmul_backward(a->dln, g[P_FCW] + (size_t)l * 4 * C * C, g[P_FCB] + l * 4 * C,
+                        a->dfch, ln2, p[P_FCW] + (size_t)l * 4 * C * C, (int)N, C, 4 * C);
+        layernorm_backward(a->dresidual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, a->dln, residual2,
+                           p[P_LN2W] + l * C, a->ln2_mean + l * N, a->ln2_rstd + l * N, (int)N, C);
+
+        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        memset(a->datty, 0, N * C * sizeof(float));
+        matmul_backward(a->datty, g[P_ATTPROJW] + (size_t)l * C * C, g[P_ATTPROJB] + l * C,
+                        a->dresidual, atty, p[P_ATTPROJW] + (size_t)l * C * C, (int)N, C, C);
+        memset(a->dqkv, 0, N * 3 * C * sizeof(float));
+        attention_backward(a->dqkv, a->datty, qkv, att, B, T, C, NH);
+        memset(a->dln, 0, N * C * sizeof(float));
+        matmul_backward(a->dln, g[P_QKVW] + (size_t)l * 3 * C * C, g[P_QKVB] + l * 3 * C,
+                        a->dqkv, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, (int)N, C, 3 * C);
+        layernorm_backward(a->dresidual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, a->dln, residual,
+                           p[P_LN1W] + l * C, a->ln1_mean + l * N, a->ln1_rstd + l * N, (int)N, C);
+    }
+    encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, inputs, B, T, C);
+}
+
+// Sum of squares with a fixed split over threads and a fixed combining order, so the
+// result is bit-identical from run to run (needed for bit-exact resume).
+static double sum_of_squares(const float *x, size_t n) {
+    int nt = num_threads();
+    double *partial = (double *)xcalloc((size_t)nt, sizeof(double));
+    #pragma omp parallel
+    {
+        int id = thread_id(), cnt = num_threads();
+        size_t i0 = n * id / cnt, i1 = n * (id + 1) / cnt;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        partial[id] = s;
+    }
+    double total = 0.0;
+    for (int i = 0; i < nt; i++) total += partial[i];
+    free(partial);
+    return total;
+}
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+} AdamWConfig;
+
+// Clips by global norm (if grad_clip > 0) and applies one AdamW step (t counts from 1).
+// Returns the gradient norm before clipping; a non-finite norm skips the update.
+static float gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
+    float norm = (float)sqrt(sum_of_squares(model->grads, model->num_params));
+    if (!isfinite(norm)) return norm;
+    float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
+    float bc1 = 1.0f - powf(h->beta1, (float)t), bc2 = 1.0f - powf(h->beta2, (float)t);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
+        float *p = model->param[k], *g = model->grad[k];
+        float *m = model->m + (p - model->params), *v = model->v + (p - model->params);
+        size_t n = model->param_sizes[k];
+        #pragma omp parallel for
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] * clip;
+            m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * gi;
+            v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * gi * gi;
+            float mhat = m[i] / bc1, vhat = v[i] / bc2;
+            p[i] -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + wd * p[i]);
+        }
+    }
+    return norm;
+}
+
+static void gpt2_free(GPT2 *model) {
+    free(model->params); free(model->grads); free(model->m); free(model->v); free(model->act_memory);
+}
+
+#ifndef TESTING
+// GPT-2 init: weights normal(0, 0.02), residual projections scaled by 1/sqrt(2L),
+// biases 0, layernorm weights 1; the padded rows of wte stay zero.
+static void gpt2_init_random(GPT2 *model, const GPT2Config *cfg, uint64_t seed) {
+    model->config = *cfg;
+    model->params = (float *)xcalloc(gpt2_num_params(cfg), sizeof(float));
+    gpt2_init_common(model);
+    uint64_t rng = rng_seed(seed);
+    float resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        if (i == P_WTE) n = (size_t)cfg->vocab_size * cfg->channels;
+        if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+            for (size_t j = 0; j < n; j++) model->param[i][j] = 1.0f;
+        } else if (i == P_WTE || i == P_WPE || i == P_QKVW || i == P_FCW) {
+            rng_fill_normal(&rng, model->param[i], n, 0.0f, 0.02f);
+        } else if (i == P_ATTPROJW || i == P_FCPROJW) {
+            rng_fill_normal(&rng, model->param[i], n, 0.0f, resid_std);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Sampling
+
+// Draws an index from probs (n entries summing to ~1) with coin in [0,1).
+static int sample_index(const float *probs, int n, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += probs[i];
+        if (coin < cdf) return i;
+    }
+    return n - 1;
+}
+
+// Generates gen_tokens tokens after the prompt and prints them as text.
+static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, int gen_tokens,
+                        float temperature, uint64_t *rng, Logger *lg) {
+    int maxT = model->T, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
+    int n = 0;
+    ids[n++] = GPT2_EOT;
+    if (prompt && *prompt) {
+        TokenVec tv = {0};
+        tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &tv);
+        for (size_t i = 0; i < tv.len && n < maxT; i++) ids[n++] = (int)tv.data[i];
+        tokenvec_free(&tv);
+    }
+    float *probs = (float *)xmalloc((size_t)V * sizeof(float));
+    for (int step = 0; step < gen_tokens && n < maxT; step++) {
+        gpt2_forward(model, ids, NULL, 1, n);
+        const float *logits = model->acts.logits + (size_t)(n - 1) * Vp;
+        float maxv = -FLT_MAX, sum = 0.0f, temp = temperature > 1e-4f ? temperature : 1e-4f;
+        for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
+        for (int v = 0; v < V; v++) { probs[v] = expf((logits[v] - maxv) / temp); sum += probs[v]; }
+        for (int v = 0; v < V; v++) probs[v] /= sum;
+        ids[n++] = sample_index(probs, V, rng_uniform(rng));
+    }
+    logger_printf(lg, "sample: ");
+    for (int i = 1; i < n; i++) {
+        size_t len;
+        const uint8_t *bytes = tokenizer_token_bytes(tok, (uint32_t)ids[i], &len);
+        if (bytes) logger_printf(lg, "%.*s", (int)len, (const char *)bytes);
+    }
+    logger_printf(lg, "\n");
+    free(probs);
+    free(ids);
+}
+
+// ----------------------------------------------------------------------------
+// Checkpoints: <dir>/model_<step>.bin (the model) and <dir>/state_<step>.bin (the rest
+// of the training state). The state is written last, so a step whose state file exists
+// has a complete checkpoint.
+
+static void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
+    snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
+    snprintf(state_path, cap, "%s/state_%08d.bin", dir, step);
+}
+
+static int latest_checkpoint_step(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail[8];
+        if (sscanf(e->d_name, "state_%d.%4s", &step, tail) == 2 && !strcmp(tail, "bin") && step > best) best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng) {
+    char mp[4096], sp[4096];
+    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    gpt2_checkpoint_write(mp, &model->config, model->params, 0);
+    TrainState s;
+    memset(&s, 0, sizeof s);
+    s.step = step;
+    s.world_size = 1;
+    s.rng = rng;
+    s.loss_scale = 1.0f;
+    DataLoaderPos pos = dataloader_get_pos(loader);
+    if (sizeof pos > STATE_LOADER_POS_MAX) fatal("internal: DataLoaderPos is too large");
+    memcpy(s.loader_pos, &pos, sizeof pos);
+    s.loader_pos_bytes = (int)sizeof pos;
+    s.n = model->num_params;
+    s.m = model->m;
+    s.v = model->v;
+    train_state_write(sp, &s);
+}
+
+static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t *rng) {
+    char mp[4096], sp[4096];
+    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    GPT2Config cfg;
+    float *params = gpt2_checkpoint_read(mp, &cfg);
+    if (memcmp(&cfg, &model->config, sizeof cfg) != 0)
+        fatal("%s holds a different model shape than -e gave; resume with the same model", mp);
+    memcpy(model->params, params, model->num_params * sizeof(float));
+    free(params);
+    TrainState s;
+    memset(&s, 0, sizeof s);
+    s.world_size = 1;
+    s.loader_pos_bytes = (int)sizeof(DataLoaderPos);
+    s.n = model->num_params;
+    s.m = model->m;
+    s.v = model->v;
+    train_state_read(sp, &s);
+    DataLoaderPos pos;
+    memcpy(&pos, s.loader_pos, sizeof pos);
+    dataloader_set_pos(loader, pos);
+    *rng = s.rng;
+}
+
+// ----------------------------------------------------------------------------
+// Main
+
+static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs, int *targets) {
+    dataloader_reset(val);
+    int64_t n = dataloader_batches_per_epoch(val);
+    if (max_batches > 0 && n > max_batches) n = max_batches;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        dataloader_next(val, inputs, targets);
+        gpt2_forward(model, inputs, targets, model->B, model->T);
+        sum += model->mean_loss;
+    }
+    return (float)(sum / (double)n);
+}
+
+int main(int argc, char **argv) {
+    const char *train_pattern = "data/tinyshakespeare/tiny_shakespeare_train_*.bin";
+    const char *val_pattern = "data/tinyshakespeare/tiny_shakespeare_val_*.bin";
+    const char *model_arg = "d12", *out_dir = NULL, *sched_name = "cosine";
+    const char *tokenizer_dir = "data/gpt2", *prompt = "";
+    int B = 4, T = 64, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_batches = 20;
+    int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, overfit = 0, seed = 42, shuffle = 0;
+    float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f, grad_clip = 1.0f, temperature = 1.0f;
+    float wsd_frac = 0.2f;
+    ArgSpec specs[] = {
+        {"-i", "--train-data", ARG_STRING, &train_pattern, "training shards (glob)"},
+        {"-j", "--val-data", ARG_STRING, &val_pattern, "validation shards (glob); empty string: none"},
+        {"-e", "--model", ARG_STRING, &model_arg, "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]"},
+        {"-o", "--output-dir", ARG_STRING, &out_dir, "directory for main.log and checkpoints"},
+        {"-b", "--batch-size", ARG_INT, &B, "micro-batch size B"},
+        {"-t", "--seq-len", ARG_INT, &T, "sequence length T"},
+        {"-d", "--total-batch-size", ARG_INT, &total_batch, "tokens per step, a multiple of B*T (-1: B*T, no accumulation)"},
+        {"-x", "--max-steps", ARG_INT, &max_steps, "optimizer steps (-1: one epoch)"},
+        {"-l", "--learning-rate", ARG_FLOAT, &lr, "peak learning rate"},
+        {"-u", "--warmup-steps", ARG_INT, &warmup, "linear warmup steps"},
+        {"-q", "--final-lr-fraction", ARG_FLOAT, &final_frac, "final lr as a fraction of the peak"},
+        {"-k", "--lr-schedule", ARG_STRING, &sched_name, "cosine|linear|constant|wsd"},
+        {NULL, "--wsd-decay-fraction", ARG_FLOAT, &wsd_frac, "wsd: fraction of steps spent decaying"},
+        {"-c", "--weight-decay", ARG_FLOAT, &weight_decay, "AdamW weight decay (2-D weights only)"},
+        {NULL, "--grad-clip", ARG_FLOAT, &grad_clip, "clip the global gradient norm to this (0: off)"},
+        {"-v", "--val-every", ARG_INT, &val_every, "validation loss every N steps (0: never)"},
+        {"-m", "--val-batches", ARG_INT, &val_batches, "batches per validation (-1: whole split)"},
+        {"-s", "--sample-every", ARG_INT, &sample_every, "sample text every N steps (0: only at the end)"},
+        {"-g", "--gen-tokens", ARG_INT, &gen_tokens, "tokens to generate per sample"},
+        {NULL, "--prompt", ARG_STRING, &prompt, "text the samples start from"},
+        {NULL, "--temperature", ARG_FLOAT, &temperature, "sampling temperature"},
+        {"-n", "--checkpoint-every", ARG_INT, &ckpt_every, "write a checkpoint every N steps to -o (0: only at the end, if -o)"},
+        {"-y", "--resume", ARG_INT, &resume, "1: resume from the latest checkpoint in -o"},
+        {"-a", "--overfit-batch", ARG_INT, &overfit, "1: train on the first batch only (debugging)"},
+        {NULL, "--shuffle", ARG_INT, &shuffle, "1: shuffle shards and samples each epoch"},
+        {NULL, "--seed", ARG_INT, &seed, "seed for init, shuffling and sampling"},
+        {NULL, "--tokenizer-dir", ARG_STRING, &tokenizer_dir, "directory holding vocab.bpe and encoder.json"},
+    };
+    args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+               "usage: train_gpt2 [options]\n\nTrains GPT-2 on the CPU in fp32 (threads: OMP_NUM_THREADS).");
+
+    // validate everything before any large allocation
+    if (B < 1) fatal("-b (batch size) must be at least 1, got %d", B);
+    if (T < 1) fatal("-t (sequence length) must be at least 1, got %d", T);
+    if (total_batch == -1) total_batch = B * T;
+    if (total_batch < 1 || total_batch % (B * T))
+        fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", B * T, total_batch);
+    LRSchedule sched = {LR_COSINE, lr, final_frac, wsd_frac, warmup, 0};
+    if (!lr_schedule_kind_from_name(sched_name, &sched.kind)) fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", sched_name);
+    if (lr < 0 || !isfinite(lr)) fatal("-l (learning rate) must be a non-negative number");
+    if (final_frac < 0 || final_frac > 1) fatal("-q (final lr fraction) must be in [0, 1], got %g", final_frac);
+    if (wsd_frac < 0 || wsd_frac > 1) fatal("--wsd-decay-fraction must be in [0, 1]");
+    if (warmup < 0) fatal("-u (warmup steps) must be >= 0");
+    if (weight_decay < 0) fatal("-c (weight decay) must be >= 0");
+    if (grad_clip < 0) fatal("--grad-clip must be >= 0");
+    if (gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
+    if (val_every < 0 || sample_every < 0 || ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
+    if (resume && !out_dir) fatal("-y 1 needs -o: the directory to resume from");
+    if (resume != 0 && resume != 1) fatal("-y must be 0 or 1");
+    if (out_dir) {
+        mkdir(out_dir, 0755);
+        struct stat st;
+        if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: cannot create directory %s", out_dir);
+    }
+
+    GPT2 model;
+    GPT2Config cfg;
+    if (gpt2_config_from_descriptor(model_arg, &cfg)) {
+        const char *problem = gpt2_config_problem(&cfg);
+        if (problem) fatal("-e %s: %s", model_arg, problem);
+        if ((size_t)B * T > (size_t)1 << 31) fatal("-b times -t is too large");
+        gpt2_init_random(&model, &cfg, (uint64_t)seed);
+    } else if (file_exists(model_arg)) {
+        gpt2_load(&model, model_arg);
+    } else {
+        fatal("-e %s: not a model descriptor (d12, d24, d36, d48, l<L>h<H>c<C>[t<maxT>]) and no such file", model_arg);
+    }
+    cfg = model.config;
+    if (T > cfg.max_seq_len) fatal("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
+
+    Tokenizer tok;
+    tokenizer_init(&tok, tokenizer_dir);
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, train_pattern, B, T, 0, 1, shuffle, (uint64_t)seed, cfg.vocab_size);
+    int have_val = val_pattern && *val_pattern;
+    if (have_val) dataloader_init(&val_loader, val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
+
+    int accum = total_batch / (B * T);
+    if (max_steps < 0) {
+        max_steps = (int)(dataloader_batches_per_epoch(&train_loader) / accum);
+        if (max_steps < 1) max_steps = 1;
+    }
+    sched.total_steps = max_steps;
+    AdamWConfig opt = {lr, 0.9f, 0.95f, 1e-8f, weight_decay, grad_clip};
+
+    gpt2_alloc_activations(&model, B, T);
+    double mb = 1.0 / (1024.0 * 1024.0);
+    printf("model: L=%d H=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
+           cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, gpt2_num_real_params(&cfg) / 1e6);
+    printf("memory: parameters %.0f MiB, gradients %.0f MiB, AdamW moments %.0f MiB, activations %.0f MiB\n",
+           model.num_params * 4 * mb, model.num_params * 4 * mb, model.num_params * 8 * mb,
+           activation_floats(&cfg, B, T) * 4 * mb);
+    printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, %d threads, lr %g (%s)\n",
+           B, T, accum, total_batch, max_steps, num_threads(), lr, sched_name);
+
+    uint64_t rng = rng_seed((uint64_t)seed ^ 0x5eedULL);
+    int start_step = 0;
+    if (resume) {
+        int step = latest_checkpoint_step(out_dir);
+        if (step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", out_dir);
+        load_checkpoint(&model, &train_loader, out_dir, step, &rng);
+        start_step = step;
+        printf("resumed from %s at step %d\n", out_dir, step);
+    }
+    Logger lg;
+    logger_init(&lg, out_dir, resume);
+
+    int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
+    int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
+    double flops_per_step = gpt2_flops_per_token(&cfg, T) * total_batch;
+    if (overfit) dataloader_next(&train_loader, inputs, targets);
+    for (int step = start_step; step < max_steps; step++) {
+        double t0 = wall_seconds();
+        // forward and backward over the micro-steps, gradients accumulating
+        gpt2_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (!overfit) dataloader_next(&train_loader, inputs, targets);
+            gpt2_forward(&model, inputs, targets, B, T);
+            loss_sum += model.mean_loss;
+            gpt2_backward(&model, inputs, targets, 1.0f / (float)accum);
+        }
+        float loss = (float)(loss_sum / accum);
+        // clip and update
+        opt.lr = lr_at_step(&sched, step);
+        float norm = NAN;
+        if (isfinite(loss)) norm = gpt2_update(&model, &opt, step + 1);
+        double dt = wall_seconds() - t0;
+        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %.1f GFLOP/s\n",
+                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, total_batch / dt, flops_per_step / dt / 1e9);
+        if (!isfinite(loss) || !isfinite(norm))
+            logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
+
+        int last = step + 1 == max_steps;
+        if (have_val && ((val_every > 0 && (step + 1) % val_every == 0) || last)) {
+            float vl = evaluate(&model, &val_loader, val_batches, inputs, targets);
+            logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
+        }
+        if ((sample_every > 0 && (step + 1) % sample_every == 0) || last)
+            gpt2_sample(&model, &tok, prompt, gen_tokens, temperature, &rng, &lg);
+        if (out_dir && ((ckpt_every > 0 && (step + 1) % ckpt_every == 0) || last)) {
+            save_checkpoint(&model, &train_loader, out_dir, step + 1, rng);
+            printf("checkpoint written: %s/model_%08d.bin\n", out_dir, step + 1);
+        }
+    }
+    free(inputs);
+    free(targets);
+    logger_close(&lg);
+    dataloader_free(&train_loader);
+    if (have_val) dataloader_free(&val_loader);
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+    return 0;
+}
+#endif // TESTING
