@@ -114,8 +114,7 @@ static void corrupt_and_expect(const char *name, void (*mutate)(uint8_t *buf, si
     mutate(buf, &len);
     char *p = path_in(name);
     write_bytes(p, buf, len);
-    const char *needles[] = {p, what, NULL};
-    expect_failure(read_checkpoint_child, p, needles);
+    expect_failure(name, read_checkpoint_child, p, p, what, NULL);
     free(buf);
     free(p);
 }
@@ -142,8 +141,7 @@ static void test_corrupted_checkpoints(void) {
     corrupt_and_expect("bad_padded.bin", m_padded, "padded");
     corrupt_and_expect("empty.bin", m_empty, "header");
     char *missing = path_in("no_such_file.bin");
-    const char *needles[] = {missing, "cannot open", NULL};
-    expect_failure(read_checkpoint_child, missing, needles);
+    expect_failure("missing file", read_checkpoint_child, missing, missing, "cannot open", NULL);
     free(missing);
 }
 
@@ -180,11 +178,9 @@ static void test_debug_state(void) {
     uint8_t *buf = xread_file(p, &len);
     char *q = path_in("debug_truncated.bin");
     write_bytes(q, buf, len - 4);
-    const char *needles[] = {q, "expected", NULL};
-    expect_failure(read_debug_child, q, needles);
+    expect_failure("truncated debug state", read_debug_child, q, q, "expected", NULL);
     write_debug_state(q, 2, g_cfg.max_seq_len + 1, 0);
-    const char *needles2[] = {q, "does not fit", NULL};
-    expect_failure(read_debug_child, q, needles2);
+    expect_failure("debug state T > maxT", read_debug_child, q, q, "does not fit", NULL);
     free(buf); free(p); free(q);
 }
 
@@ -234,16 +230,13 @@ static void test_train_state(void) {
     CHECK(r.step == 17 && r.rng == s.rng && r.loss_scale == 65536.0f && r.loss_scale_good_steps == 5, "scalars");
     CHECK(!memcmp(r.m, s.m, 4000) && !memcmp(r.v, s.v, 4000) && !memcmp(r.master, s.master, 4000), "arrays");
     CHECK(!memcmp(r.loader_pos, s.loader_pos, 24), "loader position");
-    const char *n1[] = {p, "optimizer elements", NULL};
-    expect_failure(read_state_wrong_n_child, p, n1);
-    const char *n2[] = {p, "same number of ranks", NULL};
-    expect_failure(read_state_wrong_rank_child, p, n2);
+    expect_failure("state of another size", read_state_wrong_n_child, p, p, "optimizer elements", NULL);
+    expect_failure("state of another rank count", read_state_wrong_rank_child, p, p, "same number of ranks", NULL);
     size_t len;
     uint8_t *buf = xread_file(p, &len);
     char *q = path_in("state_truncated.bin");
     write_bytes(q, buf, len - 100);
-    const char *n3[] = {q, "truncated", NULL};
-    expect_failure(read_state_child, q, n3);
+    expect_failure("truncated state", read_state_child, q, q, "truncated", NULL);
     free(buf); free(p); free(q);
     free_state(&s); free_state(&r);
 }

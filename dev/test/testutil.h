@@ -66,14 +66,17 @@ static inline int run_child(child_fn fn, const char *arg, char **err) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Expects fn(arg) to exit with status 1 and an stderr that contains each of the given
-// substrings (NULL-terminated list).
-static inline void expect_failure(child_fn fn, const char *arg, const char *const *needles) {
+// Expects fn(arg) to fail cleanly: exit status 1 (what fatal() gives) and an stderr that
+// starts with "error: " and contains each non-NULL needle.
+static inline void expect_failure(const char *what, child_fn fn, const char *arg, const char *n1,
+                                  const char *n2, const char *n3) {
     char *err;
-    int st = run_child(fn, arg, &err);
-    CHECK(st == 1, "expected exit status 1, got %d (stderr: %s)", st, err);
-    for (int i = 0; needles[i]; i++)
-        CHECK(strstr(err, needles[i]) != NULL, "stderr lacks \"%s\": %s", needles[i], err);
+    int rc = run_child(fn, arg, &err);
+    CHECK(rc == 1, "%s: exit status %d (expected 1, a clean failure)", what, rc);
+    CHECK(strncmp(err, "error: ", 7) == 0, "%s: stderr does not start with 'error: ': %s", what, err);
+    const char *needles[3] = {n1, n2, n3};
+    for (int i = 0; i < 3; i++)
+        if (needles[i]) CHECK(strstr(err, needles[i]) != NULL, "%s: stderr lacks '%s': %s", what, needles[i], err);
     free(err);
 }
 

@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# test_prepro.sh: tests of dev/data/prepro.c. Builds it with AddressSanitizer and
+# UBSan into build/, writes its inputs and outputs under build/test_prepro/, and checks:
+#   - JSONL with escapes, \uXXXX, surrogate pairs, raw UTF-8, other fields, blank lines
+#     (tokens equal tiktoken's gpt2 encoding of Python's json.loads of each line)
+#   - malformed JSONL lines fail with the file name and line number
+#   - output is byte-identical for 1 and 2 threads and with or without cutting long
+#     documents into pieces (Tiny Shakespeare and a synthetic text full of cut traps),
+#     and equal to tiktoken
+#   - Tiny Shakespeare in llm.c's convention equals a Python reference of it
+#   - train shard splitting, stale shard removal, --val-fraction, error exits
+# The tiktoken comparisons need python3 with tiktoken (dev/test/tiktoken_offline.py
+# loads it without a network); without it they are skipped. Tiny Shakespeare comes from
+# data/tinyshakespeare/input.txt or $LLMC_DATA_MIRROR (default ../shared/data).
+# Usage (from anywhere): dev/test/test_prepro.sh        Final line: "N passed, M failed".
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT" || exit 1
+T=build/test_prepro
+BIN=build/prepro_asan
+rm -rf "$T"
+mkdir -p "$T"
+echo "building $BIN"
+gcc -std=c11 -O1 -g -fopenmp -Wall -Wextra -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+    -o "$BIN" dev/data/prepro.c || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+pass=0
+fail=0
+ok() { echo "ok    $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL  $1"; fail=$((fail + 1)); }
+skip() { echo "skip  $1"; }
+
+# run NAME ARGS...: runs prepro quietly, its output in $T/NAME.log; returns its status
+run() {
+    local name="$1"; shift
+    "$BIN" "$@" >"$T/$name.log" 2>&1
+}
+
+HAVE_TIKTOKEN=0
+if python3 -c "import sys; sys.path.insert(0, 'dev/test'); import tiktoken_offline, tiktoken" 2>/dev/null; then
+    HAVE_TIKTOKEN=1
+fi
+
+# Python helper: reads shards, builds reference token streams.
+cat >"$T/check.py" <<'PYEOF'
+import glob, json, struct, sys, os
+sys.path.insert(0, "dev/test")
+EOT = 50256
+
+def read_shard(path):
+    data = open(path, "rb").read()
+    assert len(data) >= 1024, f"{path}: short"
+    h = struct.unpack("<256i", data[:1024])
+    assert h[0] == 20240520 and h[1] == 1, f"{path}: bad header {h[:3]}"
+    n = h[2]
+    assert len(data) == 1024 + 2 * n, f"{path}: count {n} vs size {len(data)}"
+    return list(struct.unpack(f"<{n}H", data[1024:]))
+
+def shards(d, name):
+    val = sorted(glob.glob(f"{d}/{name}_val_*.bin"))
+    train = sorted(glob.glob(f"{d}/{name}_train_*.bin"))
+    return val, train
+
+def all_tokens(d, name):
+    val, train = shards(d, name)
+    out = []
+    for p in val + train:
+        out += read_shard(p)
+    return out
+
+def enc():
+    import tiktoken_offline
+    return tiktoken_offline.gpt2_encoding()
+
+def ref_jsonl(path):
+    e = enc()
+    out = []
+    for line in open(path, "rb"):
+        s = line.decode("utf-8")
+        if not s.strip():
+            continue
+        out.append(EOT)
+        out += e.encode_ordinary(json.loads(s)["text"])
+    return out
+
+def ref_text(path, mode):
+    e = enc()
+    text = open(path, "rb").read().decode("utf-8")
+    if mode == "whole":
+        return [EOT] + e.encode_ordinary(text)
+    sections = text.split("\n\n")  # llm.c dev/data/tinyshakespeare.py convention
+    out = []
+    for i, s in enumerate(sections):
+        out.append(EOT)
+        out += e.encode_ordinary(s + "\n\n" if i != len(sections) - 1 else s)
+    return out
+
+def first_diff(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+cmd = sys.argv[1]
+if cmd == "count_eot":  # dir name expected
+    toks = all_tokens(sys.argv[2], sys.argv[3])
+    n = toks.count(EOT)
+    if n != int(sys.argv[4]):
+        sys.exit(f"{n} end-of-text tokens, expected {sys.argv[4]}")
+elif cmd in ("ref_jsonl", "ref_text"):  # input dir name [mode]
+    got = all_tokens(sys.argv[3], sys.argv[4])
+    want = ref_jsonl(sys.argv[2]) if cmd == "ref_jsonl" else ref_text(sys.argv[2], sys.argv[5])
+    if got != want:
+        i = first_diff(got, want)
+        sys.exit(f"tokens differ from the reference at {i} (got {len(got)}, want {len(want)}): "
+                 f"{got[max(0,i-3):i+4]} vs {want[max(0,i-3):i+4]}")
+elif cmd == "counts":  # dir name -> "val train nshards"
+    val, train = shards(sys.argv[2], sys.argv[3])
+    nv = sum(len(read_shard(p)) for p in val)
+    nt = sum(len(read_shard(p)) for p in train)
+    print(nv, nt, len(train))
+elif cmd == "same_stream":  # dir1 name1 dir2 name2
+    a = all_tokens(sys.argv[2], sys.argv[3])
+    b = all_tokens(sys.argv[4], sys.argv[5])
+    if a != b:
+        sys.exit(f"token streams differ at {first_diff(a, b)}")
+elif cmd == "tricky":  # write a synthetic text full of places where a naive cut is wrong
+    import random
+    r = random.Random(1234)
+    frags = ["word", "Word", " word", "  word", "\n", "\n\n", "\n\n\n", " \n", "  \n", "\t\n",
+             "\r\n", "x\n", ".\n", "!\n", "'s", "'s\n", "'ll", " 's", "123", " 456", "7\n", "\u00e9",
+             "\u00e9\n", " caf\u00e9", "\u4e2d\u6587", "\u4e2d\n", "\U0001F600", "\U0001F600\n",
+             "\u00a0", "\u00a0\n", "\u3000\n", " ", "   ", "...", "--\n", "\"quoted\"\n", "(x)\n",
+             "\u2028", "\u0085\n", "a\u0301\n", "\u0663\u0664\n", " \u00bd\n", "_\n", "~\n"]
+    out = []
+    size = 0
+    while size < int(sys.argv[3]):
+        f = r.choice(frags)
+        out.append(f)
+        size += len(f.encode())
+    open(sys.argv[2], "wb").write("".join(out).encode("utf-8"))
+else:
+    sys.exit("unknown command " + cmd)
+PYEOF
+py() { python3 "$T/check.py" "$@"; }
+
+# ---------------------------------------------------------------------------------------
+# JSONL: escapes and unicode
+J="$T/good.jsonl"
+{
+    printf '%s\n' '{"text": "Hello, world!\n"}'
+    printf '%s\n' '{"id": 7, "meta": {"a": [1, -2.5e-3, 0, true, false, null, "x\"y", {}], "b": []}, "text": "caf\u00e9 na\u00EFve \u4e2d\u6587 \ud83d\ude00 tab\there \\ slash\/ quote\" \b\f\r end"}'
+    printf '%s\n' '{"text": "raw UTF-8: café 日本語 😀 ünïcödé"}'
+    printf '\n'
+    printf '%s\r\n' '  {"\u0074ext" : "escaped key, CRLF line" , "other": "x"}  '
+    printf '%s\n' '{"text": ""}'
+    printf '%s\n' '{"text": "first", "text": "the last one wins"}'
+    printf '%s' '{"text":"nul \u0000 inside, no final newline"}'
+} >"$J"
+if run jsonl_good --input "$J" --format jsonl --out-dir "$T/jg" --name j --val-tokens 0 \
+    && py count_eot "$T/jg" j 7 >"$T/jsonl_good.check" 2>&1; then
+    ok "jsonl: parses escapes, unicode, other fields, blank lines (7 documents)"
+else
+    bad "jsonl: parse (see $T/jsonl_good.log, $T/jsonl_good.check)"
+fi
+if [ "$HAVE_TIKTOKEN" = 1 ]; then
+    if py ref_jsonl "$J" "$T/jg" j >"$T/jsonl_ref.check" 2>&1; then
+        ok "jsonl: tokens equal tiktoken(json.loads(line)['text']) with end-of-text tokens"
+    else
+        bad "jsonl: tokens vs tiktoken: $(cat "$T/jsonl_ref.check")"
+    fi
+else
+    skip "jsonl: tokens vs tiktoken (python3 tiktoken not available)"
+fi
+
+# ---------------------------------------------------------------------------------------
+# JSONL: malformed lines fail naming the file and the line
+bad_line() { # description, line content (printf %s), expected text in the message
+    local f="$T/bad.jsonl"
+    { printf '%s\n' '{"text": "fine"}' '{"text": "also fine"}' ''; printf '%s\n' "$2"; printf '%s\n' '{"text": "after"}'; } >"$f"
+    if run bad_jsonl --input "$f" --format jsonl --out-dir "$T/jb" --name b --val-tokens 0; then
+        bad "jsonl: $1 accepted"
+    elif grep -q "^error: .*$f:4: .*$3" "$T/bad_jsonl.log"; then
+        ok "jsonl: $1 -> $(grep -m1 '^error:' "$T/bad_jsonl.log" | sed "s|$f|bad.jsonl|")"
+    else
+        bad "jsonl: $1: message lacks '$f:4:' or '$3': $(cat "$T/bad_jsonl.log")"
+    fi
+}
+bad_line "unterminated string" '{"text": "abc}' "unterminated string"
+bad_line "unpaired high surrogate" '{"text": "\ud800 x"}' "surrogate"
+bad_line "unpaired low surrogate" '{"text": "\udc00"}' "surrogate"
+bad_line "unknown escape" '{"text": "\q"}' "escape"
+bad_line "bad \\u hex" '{"text": "\u12g4"}' "hex"
+bad_line "missing text field" '{"txt": "no text"}' "no \"text\" field"
+bad_line "text not a string" '{"text": 5}' "not a string"
+bad_line "trailing garbage" '{"text": "a"} x' "extra characters"
+bad_line "not an object" '["text", "a"]' "not a JSON object"
+bad_line "trailing comma" '{"text": "a",}' "string key"
+bad_line "raw control character" "$(printf '{"text": "tab\there"}')" "control character"
+bad_line "invalid UTF-8" "$(printf '{"text": "bad \xff byte"}')" "invalid UTF-8"
+bad_line "overlong UTF-8" "$(printf '{"text": "\xc0\xaf"}')" "invalid UTF-8"
+bad_line "bad number" '{"n": 01, "text": "a"}' "expected ','"
+bad_line "bad literal" '{"n": nul, "text": "a"}' "invalid value"
+
+# ---------------------------------------------------------------------------------------
+# threads and cuts: identical output
+TS="data/tinyshakespeare/input.txt"
+if [ ! -f "$TS" ]; then
+    M="${LLMC_DATA_MIRROR:-../shared/data}/tinyshakespeare/input.txt"
+    [ -f "$M" ] && TS="$M"
+fi
+if [ -f "$TS" ]; then
+    run ts_whole1 --input "$TS" --out-dir "$T/w1" --name ts --threads 1 --chunk-bytes 0
+    run ts_whole2 --input "$TS" --out-dir "$T/w2" --name ts --threads 2 --chunk-bytes 1000
+    if cmp -s "$T/w1/ts_val_000000.bin" "$T/w2/ts_val_000000.bin" && cmp -s "$T/w1/ts_train_000000.bin" "$T/w2/ts_train_000000.bin"; then
+        ok "Tiny Shakespeare as one document: 1 thread uncut == 2 threads cut every ~1000 bytes"
+    else
+        bad "Tiny Shakespeare as one document: thread/cut outputs differ (see $T/ts_whole*.log)"
+    fi
+    run ts_llmc1 --input "$TS" --out-dir "$T/l1" --name tiny_shakespeare --text-docs blank-lines --threads 1
+    run ts_llmc2 --input "$TS" --out-dir "$T/l2" --name tiny_shakespeare --text-docs blank-lines --threads 2 --chunk-bytes 64
+    if cmp -s "$T/l1/tiny_shakespeare_val_000000.bin" "$T/l2/tiny_shakespeare_val_000000.bin" \
+        && cmp -s "$T/l1/tiny_shakespeare_train_000000.bin" "$T/l2/tiny_shakespeare_train_000000.bin"; then
+        ok "Tiny Shakespeare (llm.c documents): 1 thread == 2 threads: val/train/shards $(py counts "$T/l1" tiny_shakespeare)"
+    else
+        bad "Tiny Shakespeare (llm.c documents): 1 and 2 threads differ"
+    fi
+    if [ "$HAVE_TIKTOKEN" = 1 ]; then
+        if py ref_text "$TS" "$T/l1" tiny_shakespeare blank-lines >"$T/ts_ref.check" 2>&1; then
+            ok "Tiny Shakespeare (llm.c documents) equals the Python reference (split on \\n\\n, tiktoken)"
+        else
+            bad "Tiny Shakespeare vs reference: $(cat "$T/ts_ref.check")"
+        fi
+        if py ref_text "$TS" "$T/w2" ts whole >"$T/ts_ref2.check" 2>&1; then
+            ok "Tiny Shakespeare as one document, cut every ~1000 bytes, equals tiktoken"
+        else
+            bad "Tiny Shakespeare (one document, cut) vs tiktoken: $(cat "$T/ts_ref2.check")"
+        fi
+    fi
+    # train shard splitting and stale shard removal
+    run ts_split --input "$TS" --out-dir "$T/l1" --name split --text-docs blank-lines --shard-tokens 100000
+    read -r sv st sn < <(py counts "$T/l1" split)
+    if [ "$sn" = $(((st + 99999) / 100000)) ] && [ "$sn" -ge 2 ] && py same_stream "$T/l1" split "$T/l1" tiny_shakespeare; then
+        ok "--shard-tokens 100000: $sn train shards, the same token stream"
+    else
+        bad "--shard-tokens 100000: val/train/shards $sv $st $sn, or the token stream differs"
+    fi
+    run ts_split2 --input "$TS" --out-dir "$T/l1" --name split --text-docs blank-lines
+    if [ "$(py counts "$T/l1" split | cut -d' ' -f3)" = 1 ] && grep -q "removed stale" "$T/ts_split2.log"; then
+        ok "a rerun with bigger shards removes the stale train shards"
+    else
+        bad "stale shards: $(py counts "$T/l1" split)"
+    fi
+    run ts_frac --input "$TS" --out-dir "$T/f" --name f --text-docs blank-lines --val-fraction 0.1 --threads 2
+    read -r nv nt _ < <(py counts "$T/f" f)
+    want=$(python3 -c "print(int(0.1 * ($nv + $nt) + 0.5))")
+    if [ "$nv" = "$want" ] && [ "$nv" -gt 0 ] && py same_stream "$T/f" f "$T/l1" tiny_shakespeare; then
+        ok "--val-fraction 0.1: $nv val tokens of $((nv + nt))"
+    else
+        bad "--val-fraction 0.1: $nv val tokens, expected $want"
+    fi
+else
+    skip "Tiny Shakespeare checks (no input.txt found)"
+fi
+
+# synthetic text full of cut traps: whitespace runs, unicode spaces and letters, digits,
+# contractions next to newlines
+py tricky "$T/tricky.txt" 300000
+run tricky1 --input "$T/tricky.txt" --out-dir "$T/t1" --name t --threads 1 --chunk-bytes 0 --val-tokens 100
+run tricky2 --input "$T/tricky.txt" --out-dir "$T/t2" --name t --threads 2 --chunk-bytes 16 --val-tokens 100
+if cmp -s "$T/t1/t_train_000000.bin" "$T/t2/t_train_000000.bin" && cmp -s "$T/t1/t_val_000000.bin" "$T/t2/t_val_000000.bin"; then
+    ok "synthetic cut traps: uncut 1 thread == cut every ~16 bytes, 2 threads"
+else
+    bad "synthetic cut traps: outputs differ (see $T/tricky*.log)"
+fi
+if [ "$HAVE_TIKTOKEN" = 1 ]; then
+    if py ref_text "$T/tricky.txt" "$T/t2" t whole >"$T/tricky_ref.check" 2>&1; then
+        ok "synthetic cut traps equal tiktoken"
+    else
+        bad "synthetic cut traps vs tiktoken: $(cat "$T/tricky_ref.check")"
+    fi
+fi
+# JSONL with long documents that get cut, 1 vs 2 threads
+python3 -c "
+import json
+t = open('$T/tricky.txt', encoding='utf-8').read()
+with open('$T/long.jsonl', 'w') as f:
+    for i in range(0, len(t), 40000): f.write(json.dumps({'text': t[i:i+40000]}) + '\n')
+"
+run long1 --input "$T/long.jsonl" --format jsonl --out-dir "$T/lj1" --name t --threads 1 --chunk-bytes 0 --val-tokens 100
+run long2 --input "$T/long.jsonl" --format jsonl --out-dir "$T/lj2" --name t --threads 2 --chunk-bytes 100 --val-tokens 100
+if cmp -s "$T/lj1/t_train_000000.bin" "$T/lj2/t_train_000000.bin" && cmp -s "$T/lj1/t_val_000000.bin" "$T/lj2/t_val_000000.bin"; then
+    ok "jsonl long documents: uncut 1 thread == cut, 2 threads"
+else
+    bad "jsonl long documents: outputs differ"
+fi
+
+# ---------------------------------------------------------------------------------------
+# errors
+if run err_input --input "$T/does_not_exist.txt" --out-dir "$T/e" --name e; then
+    bad "a missing input was accepted"
+elif grep -q "^error: .*does_not_exist.txt" "$T/err_input.log"; then ok "missing input: $(cat "$T/err_input.log")"
+else bad "missing input message: $(cat "$T/err_input.log")"; fi
+printf 'tiny' >"$T/tiny.txt"
+if run err_val --input "$T/tiny.txt" --out-dir "$T/e" --name e; then
+    bad "an input smaller than --val-tokens was accepted"
+elif grep -q "^error: .*tiny.txt has only" "$T/err_val.log" && [ -z "$(ls -A "$T/e")" ]; then
+    ok "input smaller than --val-tokens: clean error, no files left"
+else
+    bad "input smaller than --val-tokens: $(cat "$T/err_val.log"); files: $(ls "$T/e")"
+fi
+if run err_fmt --input "$T/tiny.txt" --format xml --out-dir "$T/e" --name e; then bad "--format xml accepted"
+else ok "bad --format: $(cat "$T/err_fmt.log")"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
