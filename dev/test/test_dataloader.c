@@ -12,18 +12,6 @@
 
 static char g_dir[512];
 
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            if (!g_case_failed) printf("\n");                                 \
-            if (g_case_failed++ < 5) { /* print the first few only */         \
-                printf("    check failed at line %d: ", __LINE__);            \
-                printf(__VA_ARGS__);                                          \
-                printf("\n");                                                 \
-            }                                                                 \
-        }                                                                     \
-    } while (0)
-
 // ---------------------------------------------------------------------------------------
 // synthetic shards: token i of shard s is tok(s, i), unique within a dataset
 
