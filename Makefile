@@ -61,7 +61,7 @@ build/tokenize: dev/tokenize.c $(COMMON_H)  ## tokenizer CLI: encode, decode, be
 # unit tests, built with AddressSanitizer and UBSan
 build/san/%: dev/test/%.c $(COMMON_H)
 	@mkdir -p build/san
-	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp $(SAN_FLAGS) -o $@ $< $(LDLIBS)
+	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp -pthread $(SAN_FLAGS) -o $@ $< $(LDLIBS)
 
 build/test_sgemm: dev/test/test_sgemm.c common/sgemm.h
 	@mkdir -p build
