@@ -1,0 +1,164 @@
+// kernels/common.cuh: what every kernel header shares: the one CUDA/cuBLAS error check,
+// the floatX storage type chosen at build time (-DPRECISION=BF16|FP16|FP32; fp16 trains
+// with dynamic loss scaling, see train_gpt2.cu), 16-byte vector load/store helpers, small
+// warp/block reductions and the rounding of fp32 master weights to floatX.
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <math.h>
+
+// ---------------------------------------------------------------------------
+// error checks: every CUDA and cuBLAS call goes through one of these
+
+static inline void cuda_check_impl(cudaError_t e, const char *what, const char *file, int line) {
+    if (e != cudaSuccess) {
+        fflush(stdout);
+        fprintf(stderr, "error: CUDA: %s (%s) at %s:%d\n", cudaGetErrorString(e), what, file, line);
+        exit(1);
+    }
+}
+static inline void cublas_check_impl(cublasStatus_t s, const char *what, const char *file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        fflush(stdout);
+        fprintf(stderr, "error: cuBLAS status %d (%s) at %s:%d\n", (int)s, what, file, line);
+        exit(1);
+    }
+}
+#define CUDA_CHECK(call) cuda_check_impl((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) cublas_check_impl((call), #call, __FILE__, __LINE__)
+// after every kernel launch: catches bad launch configurations at once (no sync)
+#define LAUNCH_CHECK() cuda_check_impl(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------
+// storage precision of parameters, gradients and activations
+
+#define PRECISION_FP32 0
+#define PRECISION_BF16 1
+#define PRECISION_FP16 2
+#define FP32 PRECISION_FP32
+#define BF16 PRECISION_BF16
+#define FP16 PRECISION_FP16
+#ifndef PRECISION
+#define PRECISION BF16
+#endif
+
+#if PRECISION == PRECISION_FP32
+typedef float floatX;
+#define CUBLAS_FLOATX CUDA_R_32F
+#define PRECISION_NAME "fp32"
+#elif PRECISION == PRECISION_BF16
+typedef __nv_bfloat16 floatX;
+#define CUBLAS_FLOATX CUDA_R_16BF
+#define PRECISION_NAME "bf16"
+#elif PRECISION == PRECISION_FP16
+typedef __half floatX;
+#define CUBLAS_FLOATX CUDA_R_16F
+#define PRECISION_NAME "fp16"
+#else
+#error "PRECISION must be BF16, FP16 or FP32"
+#endif
+
+__host__ __device__ __forceinline__ float to_float(float x) { return x; }
+__host__ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__host__ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// ---------------------------------------------------------------------------
+// 16-byte vectors: X128 holds 16 bytes of floatX (8 bf16 or 4 fp32)
+
+template <typename T>
+struct alignas(16) Vec128 {
+    static constexpr int size = 16 / sizeof(T);
+    T v[size];
+    __device__ __forceinline__ T &operator[](int i) { return v[i]; }
+    __device__ __forceinline__ const T &operator[](int i) const { return v[i]; }
+    __device__ static Vec128 zeros() {
+        Vec128 r;
+        for (int i = 0; i < size; i++) r.v[i] = from_float<T>(0.0f);
+        return r;
+    }
+};
+typedef Vec128<floatX> X128;
+typedef Vec128<float> F128;
+
+template <typename T>
+__device__ __forceinline__ Vec128<T> load128(const T *p) { return *reinterpret_cast<const Vec128<T> *>(p); }
+// load that bypasses L1 and marks the line evict-first (data read once)
+template <typename T>
+__device__ __forceinline__ Vec128<T> load128cs(const T *p) {
+    Vec128<T> r;
+    *reinterpret_cast<int4 *>(&r) = __ldcs(reinterpret_cast<const int4 *>(p));
+    return r;
+}
+template <typename T>
+__device__ __forceinline__ void store128(T *p, const Vec128<T> &x) { *reinterpret_cast<Vec128<T> *>(p) = x; }
+template <typename T>
+__device__ __forceinline__ void store128cs(T *p, const Vec128<T> &x) {
+    __stcs(reinterpret_cast<int4 *>(p), *reinterpret_cast<const int4 *>(&x));
+}
+
+// ---------------------------------------------------------------------------
+// reductions (fixed order: deterministic)
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();  // shared may still be read by a previous call
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------------------
+// stochastic rounding fp32 -> bf16: add random low bits, then truncate. The random bits
+// come from a hash of (seed, index), so a run is reproducible.
+
+__device__ __forceinline__ uint32_t hash_u32(uint32_t x, uint32_t seed) {
+    // a small integer hash (murmur-style finaliser)
+    x ^= seed * 0x9E3779B9u;
+    x ^= x >> 16; x *= 0x7feb352du;
+    x ^= x >> 15; x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+__device__ __forceinline__ void stochastic_round(float in, float *out, uint32_t rnd) { *out = in; }
+__device__ __forceinline__ void stochastic_round(float in, __nv_bfloat16 *out, uint32_t rnd) {
+    uint32_t u = __float_as_uint(in);
+    if ((u & 0x7f800000u) == 0x7f800000u) { *out = __float2bfloat16_rn(in); return; }  // inf/nan
+    u += rnd & 0xffffu;
+    *out = __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+// fp16: plain round-to-nearest (the fp32 master weights keep the small updates)
+__device__ __forceinline__ void stochastic_round(float in, __half *out, uint32_t rnd) { *out = __float2half_rn(in); }

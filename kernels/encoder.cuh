@@ -1,0 +1,99 @@
+// kernels/encoder.cuh: token + position embedding.
+// forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+// backward: dwpe[t,:] += sum_b dout[b,t,:]; dwte[v,:] += sum over positions holding v.
+// The backward is deterministic with no atomics: the host groups positions by token id
+// (encoder_build_buckets, a counting sort done while the batch is still on the host),
+// and one thread block sums one token's positions in a fixed order.
+#pragma once
+#include "common.cuh"
+
+__global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe,
+                                       int B, int T, int C) {
+    int vecs = C / X128::size;
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)B * T * vecs) return;
+    int bt = (int)(idx / vecs), c = (int)(idx % vecs) * X128::size;
+    int t = bt % T;
+    X128 a = load128(wte + (size_t)inp[bt] * C + c), p = load128(wpe + (size_t)t * C + c), o;
+    for (int k = 0; k < X128::size; k++) o[k] = from_float<floatX>(to_float(a[k]) + to_float(p[k]));
+    store128(out + (size_t)bt * C + c, o);
+}
+
+static void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T, int C,
+                            cudaStream_t s) {
+    long n = (long)B * T * (C / X128::size);
+    encoder_forward_kernel<<<ceil_div(n, 256), 256, 0, s>>>(out, inp, wte, wpe, B, T, C);
+    LAUNCH_CHECK();
+}
+
+// Host: groups the B*T positions by token id. Writes, for nb distinct tokens in order of
+// first appearance, bucket_token[i], bucket_start[i..i+1) into positions[]; positions
+// within a bucket are increasing. counts is scratch of vocab_size ints, all zero on entry
+// and on exit. Returns nb.
+static int encoder_build_buckets(const int *inp, int BT, int vocab_size, int *counts, int *positions,
+                                 int *bucket_token, int *bucket_start) {
+    (void)vocab_size;
+    int nb = 0;
+    // counts[v] temporarily holds (bucket index + 1) of token v
+    for (int i = 0; i < BT; i++) {
+        int v = inp[i];
+        if (counts[v] == 0) { bucket_token[nb] = v; bucket_start[nb] = 0; counts[v] = ++nb; }
+        bucket_start[counts[v] - 1]++;
+    }
+    // sizes -> exclusive prefix sums
+    int run = 0;
+    for (int b = 0; b < nb; b++) { int sz = bucket_start[b]; bucket_start[b] = run; run += sz; }
+    bucket_start[nb] = run;
+    // scatter positions in increasing order (uses bucket_start as a moving cursor, then restores)
+    for (int i = 0; i < BT; i++) positions[bucket_start[counts[inp[i]] - 1]++] = i;
+    for (int b = nb; b > 0; b--) bucket_start[b] = bucket_start[b - 1];
+    bucket_start[0] = 0;
+    for (int b = 0; b < nb; b++) counts[bucket_token[b]] = 0;
+    return nb;
+}
+
+// grid (nb, ceil(C / (blockDim.x * X128::size))): block (i, j) sums bucket i over channels of slice j
+__global__ void encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *positions,
+                                            const int *bucket_token, const int *bucket_start, int C) {
+    int b = blockIdx.x;
+    int c = (blockIdx.y * blockDim.x + threadIdx.x) * X128::size;
+    if (c >= C) return;
+    float acc[X128::size];
+    for (int k = 0; k < X128::size; k++) acc[k] = 0.0f;
+    for (int p = bucket_start[b]; p < bucket_start[b + 1]; p++) {
+        X128 d = load128(dout + (size_t)positions[p] * C + c);
+        for (int k = 0; k < X128::size; k++) acc[k] += to_float(d[k]);
+    }
+    floatX *w = dwte + (size_t)bucket_token[b] * C + c;
+    X128 g = load128(w);
+    for (int k = 0; k < X128::size; k++) g[k] = from_float<floatX>(to_float(g[k]) + acc[k]);
+    store128(w, g);
+}
+
+__global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *dout, int B, int T, int C) {
+    int vecs = C / X128::size;
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= T * vecs) return;
+    int t = idx / vecs, c = (idx % vecs) * X128::size;
+    float acc[X128::size];
+    for (int k = 0; k < X128::size; k++) acc[k] = 0.0f;
+    for (int b = 0; b < B; b++) {
+        X128 d = load128(dout + ((size_t)b * T + t) * C + c);
+        for (int k = 0; k < X128::size; k++) acc[k] += to_float(d[k]);
+    }
+    X128 g = load128(dwpe + (size_t)t * C + c);
+    for (int k = 0; k < X128::size; k++) g[k] = from_float<floatX>(to_float(g[k]) + acc[k]);
+    store128(dwpe + (size_t)t * C + c, g);
+}
+
+// nb: number of buckets (host value); positions/bucket_* are device copies of the host arrays
+static void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *positions,
+                             const int *bucket_token, const int *bucket_start, int nb, int B, int T, int C,
+                             cudaStream_t s) {
+    const int threads = 64;
+    dim3 grid(nb, ceil_div(C / X128::size, threads));
+    encoder_backward_wte_kernel<<<grid, threads, 0, s>>>(dwte, dout, positions, bucket_token, bucket_start, C);
+    LAUNCH_CHECK();
+    encoder_backward_wpe_kernel<<<ceil_div((long)T * (C / X128::size), 256), 256, 0, s>>>(dwpe, dout, B, T, C);
+    LAUNCH_CHECK();
+}

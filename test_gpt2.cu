@@ -1,0 +1,189 @@
+// test_gpt2.cu: checks the GPU trainer (train_gpt2.cu) against the PyTorch reference.
+// Loads DIR/model.bin and DIR/debug_state.bin written by dev/gpt2_ref.py, compares the
+// logits, the loss and every gradient tensor, then takes the reference's AdamW steps on
+// the same batch and compares each step's loss. Prints the measured error of every
+// check (max abs error / max abs reference value), exits 1 on any miss.
+//
+// Tolerances (SPEC §6), per build:
+//   fp32: logits and loss 1e-4 relative, each gradient tensor 1e-3, step losses 1e-4 abs.
+//   bf16: loss 1e-2 relative, step losses 2e-2 abs; logits 5e-2 relative to their max;
+//         gradients 5e-2 (see grad_tolerance below for why).
+//   fp16: loss 1e-2, step losses 2e-2 as bf16; logits and gradients 1e-2 (fp16 keeps 3
+//         more mantissa bits than bf16). The test runs with a fixed loss scale of 1024
+//         and unscales the gradients before comparing.
+// Measured on an H200 (2026-12-02; small L2 H4 C128 B4 T32 and d12 B4 T64, recompute
+// 0/1/2, fused and separate GELU), worst over all runs: fp32 logits 3.6e-6, gradients
+// 3.6e-6, step losses 1.9e-6; bf16 logits 1.1e-2, gradients 1.6e-2, step losses 9.7e-3;
+// fp16 logits 1.6e-3, gradients 1.9e-3, step losses 1.5e-3.
+#define TESTING
+#include "train_gpt2.cu"
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+// max |a - ref| / max |ref|; NaN in a propagates into the result
+static double rel_error(const float *a, const float *ref, size_t n, double *max_abs_err) {
+    double err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (!(d <= err)) err = d;
+    }
+    double scale = max_abs(ref, n);
+    if (max_abs_err) *max_abs_err = err;
+    return scale > 0 ? err / scale : err;
+}
+
+// bf16 gradient tolerances. bf16 keeps 8 significant bits (relative rounding 2^-9 = 2e-3
+// per operation); the activations feeding each gradient are rounded several times on the
+// way (each layer's input, the attention scores and probabilities, the dlogits), and a
+// weight gradient sums B*T such products, so errors of a few 1e-2 of the tensor's largest
+// entry are expected (llm.c's bf16 tests accept similar). The classes:
+//   - 2-D weight matrices (and wte/wpe): products summed over B*T rows
+//   - biases and layernorm parameters: plain column sums of the rounded gradients, whose
+//     largest entries are sums of many same-sign terms, so relatively more accurate, but
+//     the layernorm weight gradient also multiplies by the rounded normalised input
+// Measured on the H200 (small shape and d12 B=4 T=64, all recompute/GELU variants): the
+// worst per tensor lies between 3.5e-3 (lnfb) and 1.6e-2 (ln1w); weights 1.1e-2..1.5e-2,
+// biases 1.0e-2..1.4e-2, layernorm 3.5e-3..1.6e-2: no class stands out, so one tolerance
+// of 5e-2 (about 3x the worst) for all; fp16 measured 3e-4..1.9e-3 and gets 1e-2.
+// --grad-tol overrides.
+static float grad_tolerance(int k, float override_tol) {
+    if (override_tol > 0) return override_tol;
+#if PRECISION == PRECISION_FP32
+    (void)k;
+    return 1e-3f;
+#elif PRECISION == PRECISION_FP16
+    (void)k;
+    return 1e-2f;
+#else
+    (void)k;
+    return 5e-2f;
+#endif
+}
+
+int main(int argc, char **argv) {
+    const char *dir = "build/ref";
+#if PRECISION == PRECISION_FP32
+    float logits_tol = 1e-4f, loss_tol = 1e-4f, step_tol = 1e-4f;
+#elif PRECISION == PRECISION_FP16
+    float logits_tol = 1e-2f, loss_tol = 1e-2f, step_tol = 2e-2f;
+#else
+    float logits_tol = 5e-2f, loss_tol = 1e-2f, step_tol = 2e-2f;
+#endif
+    float grad_tol = 0.0f;
+    int fuse_gelu = 1, recompute = 0;
+    ArgSpec specs[] = {
+        {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
+        {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
+        {NULL, "--loss-tol", ARG_FLOAT, &loss_tol, "tolerance on the loss (relative)"},
+        {NULL, "--grad-tol", ARG_FLOAT, &grad_tol, "tolerance on every gradient tensor (0: per-class defaults)"},
+        {NULL, "--step-tol", ARG_FLOAT, &step_tol, "tolerance on each AdamW step's loss (absolute)"},
+        {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
+        {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2"},
+    };
+    args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+               "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME " build) with the PyTorch reference.");
+    if (recompute < 0 || recompute > 2) fatal("-r must be 0, 1 or 2");
+    char model_path[4096], state_path[4096];
+    snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
+    snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
+
+    GPT2 model;
+    memset(&model, 0, sizeof model);
+    float *host_params = gpt2_checkpoint_read(model_path, &model.config);
+    const GPT2Config *c = &model.config;
+    if (c->channels % 8 || (c->channels / c->num_heads) % 8)
+        fatal("%s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", model_path,
+              c->channels, c->channels / c->num_heads);
+    DebugState ref;
+    debug_state_read(state_path, c, &ref);
+    int B = ref.B, T = ref.T, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    g_fuse_gelu = fuse_gelu;
+    gpt2_build(&model, host_params, B, T, recompute, 1);
+    free(host_params);
+    // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
+    if (PRECISION == PRECISION_FP16) model.loss_scale = 1024.0f;
+    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s\n", PRECISION_NAME,
+           c->num_layers, c->num_heads, c->channels, V, B, T, recompute, g_fuse_gelu ? "fused" : "separate");
+    int failures = 0, checks = 0;
+    cudaStream_t s = model.stream;
+
+    // forward: logits (the V real columns) and loss
+    gpt2_upload_batch(&model, ref.x, ref.y, B, T);
+    gpt2_forward(&model, B, T);
+    floatX *logits_dev = (floatX *)xmalloc(BT * Vp * sizeof(floatX));
+    CUDA_CHECK(cudaMemcpyAsync(logits_dev, model.acts.logits, BT * Vp * sizeof(floatX), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), s));
+    gpt2_loss(&model, model.info + 2, 1.0f / (float)BT, 1, B, T);
+    float info[3];
+    CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    float *logits = (float *)xmalloc(BT * V * sizeof(float));
+    for (size_t i = 0; i < BT; i++)
+        for (int v = 0; v < V; v++) logits[i * V + v] = to_float(logits_dev[i * Vp + v]);
+    free(logits_dev);
+    double err_abs;
+    double e = rel_error(logits, ref.logits, BT * V, &err_abs);
+    int ok = e <= logits_tol;
+    failures += !ok; checks++;
+    printf("%-14s err %.3e (max abs %.3e)  tol %.0e  %s\n", "logits", e, err_abs, logits_tol, ok ? "ok" : "FAIL");
+    float loss = info[2];
+    e = fabs(loss - ref.loss) / fabs(ref.loss);
+    ok = e <= loss_tol;
+    failures += !ok; checks++;
+    printf("%-14s ours %.6f ref %.6f rel err %.3e  tol %.0e  %s\n", "loss", loss, ref.loss, e, loss_tol, ok ? "ok" : "FAIL");
+    free(logits);
+
+    // backward: every gradient tensor
+    gpt2_zero_grad(&model);
+    gpt2_backward(&model);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    float *grads = (float *)xmalloc(model.num_params * sizeof(float));
+    download_floatX(grads, model.grads, model.num_params);
+    for (size_t i = 0; i < model.num_params; i++) grads[i] /= model.loss_scale;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        size_t off = model.param_offsets[k], n = model.param_sizes[k];
+        float tol = grad_tolerance(k, grad_tol);
+        e = rel_error(grads + off, ref.grads + off, n, &err_abs);
+        ok = e <= tol;
+        failures += !ok; checks++;
+        printf("grad %-9s err %.3e (max abs %.3e, max ref %.3e)  tol %.0e  %s\n", GPT2_PARAM_NAMES[k], e, err_abs,
+               max_abs(ref.grads + off, n), tol, ok ? "ok" : "FAIL");
+    }
+    free(grads);
+
+    // AdamW steps on the same batch, with the reference's hyperparameters
+    if (ref.nsteps > 0) {
+        AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2], ref.hparams[3], ref.hparams[4], ref.hparams[5]};
+        printf("AdamW: lr %g beta1 %g beta2 %g eps %g weight decay %g grad clip %g\n", h.lr, h.beta1, h.beta2, h.eps,
+               h.weight_decay, h.grad_clip);
+        // step 0 reuses the gradients just checked
+        for (int step = 0; step < ref.nsteps; step++) {
+            if (step > 0) {
+                gpt2_zero_grad(&model);
+                CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), s));
+                gpt2_forward(&model, B, T);
+                gpt2_loss(&model, model.info + 2, 1.0f / (float)BT, 1, B, T);
+                gpt2_backward(&model);
+            }
+            gpt2_update(&model, &h, step + 1);
+            CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            e = fabs((double)info[2] - ref.losses[step]);
+            ok = e <= step_tol;
+            failures += !ok; checks++;
+            printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  tol %.0e  %s\n", step, info[2],
+                   ref.losses[step], e, info[0], step_tol, ok ? "ok" : "FAIL");
+        }
+    } else {
+        printf("debug state has no AdamW steps (version 2): step check skipped\n");
+    }
+    debug_state_free(&ref);
+    gpt2_free(&model);
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures ? 1 : 0;
+}
