@@ -34,7 +34,9 @@ int main(int argc, char **argv) {
     snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
 
     GPT2 model;
-    gpt2_load(&model, model_path);
+    GPT2Config cfg;
+    float *params = gpt2_checkpoint_read(model_path, &cfg);
+    gpt2_build(&model, &cfg, params);
     const GPT2Config *c = &model.config;
     DebugState ref;
     debug_state_read(state_path, c, &ref);

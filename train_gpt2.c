@@ -13,7 +13,7 @@
 #include "common/schedule.h"
 #include "common/sgemm.h"
 #include "common/tokenizer.h"
-#include <dirent.h>
+#include "common/train_common.h"
 #include <float.h>
 #include <math.h>
 #ifdef _OPENMP
@@ -306,7 +306,11 @@ static void point_into(float *base, const size_t *sizes, float **ptrs) {
     }
 }
 
-static void gpt2_init_common(GPT2 *model) {
+// Takes ownership of params (fp32, checkpoint order) and allocates gradients and moments;
+// activations are allocated on the first forward (or by gpt2_alloc_activations).
+static void gpt2_build(GPT2 *model, const GPT2Config *cfg, float *params) {
+    model->config = *cfg;
+    model->params = params;
     gpt2_param_sizes(&model->config, model->param_sizes);
     model->num_params = gpt2_num_params(&model->config);
     point_into(model->params, model->param_sizes, model->param);
@@ -317,11 +321,6 @@ static void gpt2_init_common(GPT2 *model) {
     model->act_memory = NULL;
     model->B = model->T = 0;
     model->mean_loss = -1.0f;
-}
-
-static void gpt2_load(GPT2 *model, const char *path) {
-    model->params = gpt2_checkpoint_read(path, &model->config);
-    gpt2_init_common(model);
 }
 
 static size_t activation_floats(const GPT2Config *c, int B, int T) {
@@ -520,39 +519,8 @@ static void gpt2_free(GPT2 *model) {
 }
 
 #ifndef TESTING
-// GPT-2 init: weights normal(0, 0.02), residual projections scaled by 1/sqrt(2L),
-// biases 0, layernorm weights 1; the padded rows of wte stay zero.
-static void gpt2_init_random(GPT2 *model, const GPT2Config *cfg, uint64_t seed) {
-    model->config = *cfg;
-    model->params = (float *)xcalloc(gpt2_num_params(cfg), sizeof(float));
-    gpt2_init_common(model);
-    uint64_t rng = rng_seed(seed);
-    float resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        size_t n = model->param_sizes[i];
-        if (i == P_WTE) n = (size_t)cfg->vocab_size * cfg->channels;
-        if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
-            for (size_t j = 0; j < n; j++) model->param[i][j] = 1.0f;
-        } else if (i == P_WTE || i == P_WPE || i == P_QKVW || i == P_FCW) {
-            rng_fill_normal(&rng, model->param[i], n, 0.0f, 0.02f);
-        } else if (i == P_ATTPROJW || i == P_FCPROJW) {
-            rng_fill_normal(&rng, model->param[i], n, 0.0f, resid_std);
-        }
-    }
-}
-
 // ----------------------------------------------------------------------------
 // Sampling
-
-// Draws an index from probs (n entries summing to ~1) with coin in [0,1).
-static int sample_index(const float *probs, int n, float coin) {
-    float cdf = 0.0f;
-    for (int i = 0; i < n; i++) {
-        cdf += probs[i];
-        if (coin < cdf) return i;
-    }
-    return n - 1;
-}
 
 // Generates gen_tokens tokens after the prompt and prints them as text.
 static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, int gen_tokens,
@@ -589,28 +557,7 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints: <dir>/model_<step>.bin (the model) and <dir>/state_<step>.bin (the rest
-// of the training state). The state is written last, so a step whose state file exists
-// has a complete checkpoint.
-
-static void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
-    snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
-    snprintf(state_path, cap, "%s/state_%08d.bin", dir, step);
-}
-
-static int latest_checkpoint_step(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%d.%4s", &step, tail) == 2 && !strcmp(tail, "bin") && step > best) best = step;
-    }
-    closedir(d);
-    return best;
-}
+// Checkpoints (file names and layout: common/train_common.h, common/checkpoint.h)
 
 static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng) {
     char mp[4096], sp[4096];
@@ -672,99 +619,35 @@ static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs
 }
 
 int main(int argc, char **argv) {
-    const char *train_pattern = "data/tinyshakespeare/tiny_shakespeare_train_*.bin";
-    const char *val_pattern = "data/tinyshakespeare/tiny_shakespeare_val_*.bin";
-    const char *model_arg = "d12", *out_dir = NULL, *sched_name = "cosine";
-    const char *tokenizer_dir = "data/gpt2", *prompt = "";
-    int B = 4, T = 64, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_batches = 20;
-    int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, overfit = 0, seed = 42, shuffle = 0;
-    float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f, grad_clip = 1.0f, temperature = 1.0f;
-    float wsd_frac = 0.2f;
-    ArgSpec specs[] = {
-        {"-i", "--train-data", ARG_STRING, &train_pattern, "training shards (glob)"},
-        {"-j", "--val-data", ARG_STRING, &val_pattern, "validation shards (glob); empty string: none"},
-        {"-e", "--model", ARG_STRING, &model_arg, "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]"},
-        {"-o", "--output-dir", ARG_STRING, &out_dir, "directory for main.log and checkpoints"},
-        {"-b", "--batch-size", ARG_INT, &B, "micro-batch size B"},
-        {"-t", "--seq-len", ARG_INT, &T, "sequence length T"},
-        {"-d", "--total-batch-size", ARG_INT, &total_batch, "tokens per step, a multiple of B*T (-1: B*T, no accumulation)"},
-        {"-x", "--max-steps", ARG_INT, &max_steps, "optimizer steps (-1: one epoch)"},
-        {"-l", "--learning-rate", ARG_FLOAT, &lr, "peak learning rate"},
-        {"-u", "--warmup-steps", ARG_INT, &warmup, "linear warmup steps"},
-        {"-q", "--final-lr-fraction", ARG_FLOAT, &final_frac, "final lr as a fraction of the peak"},
-        {"-k", "--lr-schedule", ARG_STRING, &sched_name, "cosine|linear|constant|wsd"},
-        {NULL, "--wsd-decay-fraction", ARG_FLOAT, &wsd_frac, "wsd: fraction of steps spent decaying"},
-        {"-c", "--weight-decay", ARG_FLOAT, &weight_decay, "AdamW weight decay (2-D weights only)"},
-        {NULL, "--grad-clip", ARG_FLOAT, &grad_clip, "clip the global gradient norm to this (0: off)"},
-        {"-v", "--val-every", ARG_INT, &val_every, "validation loss every N steps (0: never)"},
-        {"-m", "--val-batches", ARG_INT, &val_batches, "batches per validation (-1: whole split)"},
-        {"-s", "--sample-every", ARG_INT, &sample_every, "sample text every N steps (0: only at the end)"},
-        {"-g", "--gen-tokens", ARG_INT, &gen_tokens, "tokens to generate per sample"},
-        {NULL, "--prompt", ARG_STRING, &prompt, "text the samples start from"},
-        {NULL, "--temperature", ARG_FLOAT, &temperature, "sampling temperature"},
-        {"-n", "--checkpoint-every", ARG_INT, &ckpt_every, "write a checkpoint every N steps to -o (0: only at the end, if -o)"},
-        {"-y", "--resume", ARG_INT, &resume, "1: resume from the latest checkpoint in -o"},
-        {"-a", "--overfit-batch", ARG_INT, &overfit, "1: train on the first batch only (debugging)"},
-        {NULL, "--shuffle", ARG_INT, &shuffle, "1: shuffle shards and samples each epoch"},
-        {NULL, "--seed", ARG_INT, &seed, "seed for init, shuffling and sampling"},
-        {NULL, "--tokenizer-dir", ARG_STRING, &tokenizer_dir, "directory holding vocab.bpe and encoder.json"},
-    };
-    args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+    TrainOptions o;
+    train_options_defaults(&o, 64);
+    ArgSpec specs[TRAIN_OPTIONS_COUNT];
+    int nspecs = train_options_specs(&o, specs);
+    args_parse(argc, argv, specs, nspecs,
                "usage: train_gpt2 [options]\n\nTrains GPT-2 on the CPU in fp32 (threads: OMP_NUM_THREADS).");
+    train_options_validate(&o);  // before any large allocation
+    int B = o.B, T = o.T;
 
-    // validate everything before any large allocation
-    if (B < 1) fatal("-b (batch size) must be at least 1, got %d", B);
-    if (T < 1) fatal("-t (sequence length) must be at least 1, got %d", T);
-    if (total_batch == -1) total_batch = B * T;
-    if (total_batch < 1 || total_batch % (B * T))
-        fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", B * T, total_batch);
-    LRSchedule sched = {LR_COSINE, lr, final_frac, wsd_frac, warmup, 0};
-    if (!lr_schedule_kind_from_name(sched_name, &sched.kind)) fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", sched_name);
-    if (lr < 0 || !isfinite(lr)) fatal("-l (learning rate) must be a non-negative number");
-    if (final_frac < 0 || final_frac > 1) fatal("-q (final lr fraction) must be in [0, 1], got %g", final_frac);
-    if (wsd_frac < 0 || wsd_frac > 1) fatal("--wsd-decay-fraction must be in [0, 1]");
-    if (warmup < 0) fatal("-u (warmup steps) must be >= 0");
-    if (weight_decay < 0) fatal("-c (weight decay) must be >= 0");
-    if (grad_clip < 0) fatal("--grad-clip must be >= 0");
-    if (gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
-    if (val_every < 0 || sample_every < 0 || ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
-    if (resume && !out_dir) fatal("-y 1 needs -o: the directory to resume from");
-    if (resume != 0 && resume != 1) fatal("-y must be 0 or 1");
-    if (out_dir) {
-        mkdir(out_dir, 0755);
-        struct stat st;
-        if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: cannot create directory %s", out_dir);
-    }
-
-    GPT2 model;
     GPT2Config cfg;
-    if (gpt2_config_from_descriptor(model_arg, &cfg)) {
-        const char *problem = gpt2_config_problem(&cfg);
-        if (problem) fatal("-e %s: %s", model_arg, problem);
-        if ((size_t)B * T > (size_t)1 << 31) fatal("-b times -t is too large");
-        gpt2_init_random(&model, &cfg, (uint64_t)seed);
-    } else if (file_exists(model_arg)) {
-        gpt2_load(&model, model_arg);
-    } else {
-        fatal("-e %s: not a model descriptor (d12, d24, d36, d48, l<L>h<H>c<C>[t<maxT>]) and no such file", model_arg);
-    }
-    cfg = model.config;
-    if (T > cfg.max_seq_len) fatal("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
+    float *params = gpt2_params_from_model_arg(o.model_arg, T, (uint64_t)o.seed, &cfg);
+    GPT2 model;
+    gpt2_build(&model, &cfg, params);
 
     Tokenizer tok;
-    tokenizer_init(&tok, tokenizer_dir);
+    tokenizer_init(&tok, o.tokenizer_dir);
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, train_pattern, B, T, 0, 1, shuffle, (uint64_t)seed, cfg.vocab_size);
-    int have_val = val_pattern && *val_pattern;
-    if (have_val) dataloader_init(&val_loader, val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
+    dataloader_init(&train_loader, o.train_pattern, B, T, 0, 1, o.shuffle, (uint64_t)o.seed, cfg.vocab_size);
+    int have_val = o.val_pattern && *o.val_pattern;
+    if (have_val) dataloader_init(&val_loader, o.val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
 
-    int accum = total_batch / (B * T);
+    int accum = o.total_batch / (B * T), max_steps = o.max_steps;
     if (max_steps < 0) {
         max_steps = (int)(dataloader_batches_per_epoch(&train_loader) / accum);
         if (max_steps < 1) max_steps = 1;
     }
+    LRSchedule sched = o.sched;
     sched.total_steps = max_steps;
-    AdamWConfig opt = {lr, 0.9f, 0.95f, 1e-8f, weight_decay, grad_clip};
+    AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
 
     gpt2_alloc_activations(&model, B, T);
     double mb = 1.0 / (1024.0 * 1024.0);
@@ -774,31 +657,31 @@ int main(int argc, char **argv) {
            model.num_params * 4 * mb, model.num_params * 4 * mb, model.num_params * 8 * mb,
            activation_floats(&cfg, B, T) * 4 * mb);
     printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, %d threads, lr %g (%s)\n",
-           B, T, accum, total_batch, max_steps, num_threads(), lr, sched_name);
+           B, T, accum, o.total_batch, max_steps, num_threads(), o.lr, o.sched_name);
 
-    uint64_t rng = rng_seed((uint64_t)seed ^ 0x5eedULL);
+    uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);
     int start_step = 0;
-    if (resume) {
-        int step = latest_checkpoint_step(out_dir);
-        if (step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", out_dir);
-        load_checkpoint(&model, &train_loader, out_dir, step, &rng);
+    if (o.resume) {
+        int step = latest_checkpoint_step(o.out_dir);
+        if (step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", o.out_dir);
+        load_checkpoint(&model, &train_loader, o.out_dir, step, &rng);
         start_step = step;
-        printf("resumed from %s at step %d\n", out_dir, step);
+        printf("resumed from %s at step %d\n", o.out_dir, step);
     }
     Logger lg;
-    logger_init(&lg, out_dir, resume);
+    logger_init(&lg, o.out_dir, o.resume);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    double flops_per_step = gpt2_flops_per_token(&cfg, T) * total_batch;
-    if (overfit) dataloader_next(&train_loader, inputs, targets);
+    double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
+    if (o.overfit) dataloader_next(&train_loader, inputs, targets);
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
         // forward and backward over the micro-steps, gradients accumulating
         gpt2_zero_grad(&model);
         double loss_sum = 0.0;
         for (int micro = 0; micro < accum; micro++) {
-            if (!overfit) dataloader_next(&train_loader, inputs, targets);
+            if (!o.overfit) dataloader_next(&train_loader, inputs, targets);
             gpt2_forward(&model, inputs, targets, B, T);
             loss_sum += model.mean_loss;
             gpt2_backward(&model, inputs, targets, 1.0f / (float)accum);
@@ -810,20 +693,20 @@ int main(int argc, char **argv) {
         if (isfinite(loss)) norm = gpt2_update(&model, &opt, step + 1);
         double dt = wall_seconds() - t0;
         logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %.1f GFLOP/s\n",
-                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, total_batch / dt, flops_per_step / dt / 1e9);
+                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt, flops_per_step / dt / 1e9);
         if (!isfinite(loss) || !isfinite(norm))
             logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
 
         int last = step + 1 == max_steps;
-        if (have_val && ((val_every > 0 && (step + 1) % val_every == 0) || last)) {
-            float vl = evaluate(&model, &val_loader, val_batches, inputs, targets);
+        if (have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+            float vl = evaluate(&model, &val_loader, o.val_batches, inputs, targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
-        if ((sample_every > 0 && (step + 1) % sample_every == 0) || last)
-            gpt2_sample(&model, &tok, prompt, gen_tokens, temperature, &rng, &lg);
-        if (out_dir && ((ckpt_every > 0 && (step + 1) % ckpt_every == 0) || last)) {
-            save_checkpoint(&model, &train_loader, out_dir, step + 1, rng);
-            printf("checkpoint written: %s/model_%08d.bin\n", out_dir, step + 1);
+        if ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last)
+            gpt2_sample(&model, &tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+        if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
+            save_checkpoint(&model, &train_loader, o.out_dir, step + 1, rng);
+            printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
     }
     free(inputs);

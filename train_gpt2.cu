@@ -16,7 +16,7 @@
 #include "common/rng.h"
 #include "common/schedule.h"
 #include "common/tokenizer.h"
-#include <dirent.h>
+#include "common/train_common.h"
 #include <float.h>
 #include <math.h>
 
@@ -450,42 +450,9 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
 }
 
 #ifndef TESTING
-// GPT-2 init (the same scheme and random stream as train_gpt2.c): weights normal(0, 0.02),
-// residual projections scaled by 1/sqrt(2L), biases 0, layernorm weights 1; padded wte rows 0.
-static float *gpt2_init_random_host(const GPT2Config *cfg, uint64_t seed) {
-    size_t sizes[NUM_PARAM_TENSORS];
-    gpt2_param_sizes(cfg, sizes);
-    float *params = (float *)xcalloc(gpt2_num_params(cfg), sizeof(float));
-    uint64_t rng = rng_seed(seed);
-    float resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
-    float *p = params;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        size_t n = sizes[i];
-        if (i == P_WTE) n = (size_t)cfg->vocab_size * cfg->channels;
-        if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
-            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
-        } else if (i == P_WTE || i == P_WPE || i == P_QKVW || i == P_FCW) {
-            rng_fill_normal(&rng, p, n, 0.0f, 0.02f);
-        } else if (i == P_ATTPROJW || i == P_FCPROJW) {
-            rng_fill_normal(&rng, p, n, 0.0f, resid_std);
-        }
-        p += sizes[i];
-    }
-    return params;
-}
-
 // ----------------------------------------------------------------------------
 // Sampling: row 0 of a B=1 forward holds the text so far (padded with EOT; attention is
 // causal, so the padding does not change the logits at the last real position).
-
-static int sample_index(const float *probs, int n, float coin) {
-    float cdf = 0.0f;
-    for (int i = 0; i < n; i++) {
-        cdf += probs[i];
-        if (coin < cdf) return i;
-    }
-    return n - 1;
-}
 
 static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, int gen_tokens, float temperature,
                         uint64_t *rng, Logger *lg) {
@@ -530,25 +497,6 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
 // the bf16 build, i.e. exactly the parameters trained) and <dir>/state_<step>.bin
 // (AdamW moments, fp32 master weights, step, RNG, data loader position). The state is
 // written last, so a step whose state file exists has a complete checkpoint.
-
-static void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
-    snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
-    snprintf(state_path, cap, "%s/state_%08d.bin", dir, step);
-}
-
-static int latest_checkpoint_step(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%d.%4s", &step, tail) == 2 && !strcmp(tail, "bin") && step > best) best = step;
-    }
-    closedir(d);
-    return best;
-}
 
 static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng) {
     char mp[4096], sp[4096];
@@ -648,127 +596,63 @@ static size_t device_used_bytes(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *train_pattern = "data/tinyshakespeare/tiny_shakespeare_train_*.bin";
-    const char *val_pattern = "data/tinyshakespeare/tiny_shakespeare_val_*.bin";
-    const char *model_arg = "d12", *out_dir = NULL, *sched_name = "cosine";
-    const char *tokenizer_dir = "data/gpt2", *prompt = "";
-    int B = 4, T = 1024, total_batch = -1, max_steps = -1, warmup = 0, val_every = 20, val_batches = 20;
-    int sample_every = 20, gen_tokens = 64, ckpt_every = 0, resume = 0, overfit = 0, seed = 42, shuffle = 0;
+    TrainOptions o;
+    train_options_defaults(&o, 1024);
     int recompute = 1, flash = 0, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
-    float lr = 3e-4f, final_frac = 1.0f, weight_decay = 0.0f, grad_clip = 1.0f, temperature = 1.0f;
-    float wsd_frac = 0.2f, skip_loss_z = 0.0f, skip_norm_z = 0.0f;
-    ArgSpec specs[] = {
-        {"-i", "--train-data", ARG_STRING, &train_pattern, "training shards (glob)"},
-        {"-j", "--val-data", ARG_STRING, &val_pattern, "validation shards (glob); empty string: none"},
-        {"-e", "--model", ARG_STRING, &model_arg, "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]"},
-        {"-o", "--output-dir", ARG_STRING, &out_dir, "directory for main.log and checkpoints"},
-        {"-b", "--batch-size", ARG_INT, &B, "micro-batch size B"},
-        {"-t", "--seq-len", ARG_INT, &T, "sequence length T"},
-        {"-d", "--total-batch-size", ARG_INT, &total_batch, "tokens per step, a multiple of B*T (-1: B*T, no accumulation)"},
-        {"-x", "--max-steps", ARG_INT, &max_steps, "optimizer steps (-1: one epoch)"},
-        {"-l", "--learning-rate", ARG_FLOAT, &lr, "peak learning rate"},
-        {"-u", "--warmup-steps", ARG_INT, &warmup, "linear warmup steps"},
-        {"-q", "--final-lr-fraction", ARG_FLOAT, &final_frac, "final lr as a fraction of the peak"},
-        {"-k", "--lr-schedule", ARG_STRING, &sched_name, "cosine|linear|constant|wsd"},
-        {NULL, "--wsd-decay-fraction", ARG_FLOAT, &wsd_frac, "wsd: fraction of steps spent decaying"},
-        {"-c", "--weight-decay", ARG_FLOAT, &weight_decay, "AdamW weight decay (2-D weights only)"},
-        {NULL, "--grad-clip", ARG_FLOAT, &grad_clip, "clip the global gradient norm to this (0: off)"},
-        {"-v", "--val-every", ARG_INT, &val_every, "validation loss every N steps (0: never)"},
-        {"-m", "--val-batches", ARG_INT, &val_batches, "batches per validation (-1: whole split)"},
-        {"-s", "--sample-every", ARG_INT, &sample_every, "sample text every N steps (0: only at the end)"},
-        {"-g", "--gen-tokens", ARG_INT, &gen_tokens, "tokens to generate per sample"},
-        {NULL, "--prompt", ARG_STRING, &prompt, "text the samples start from"},
-        {NULL, "--temperature", ARG_FLOAT, &temperature, "sampling temperature"},
-        {"-n", "--checkpoint-every", ARG_INT, &ckpt_every, "write a checkpoint every N steps to -o (0: only at the end, if -o)"},
-        {"-y", "--resume", ARG_INT, &resume, "1: resume from the latest checkpoint in -o"},
-        {"-a", "--overfit-batch", ARG_INT, &overfit, "1: train on the first batch only (debugging)"},
-        {"-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm"},
-        {"-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (not implemented yet; 0 only)"},
-        {"-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)"},
-        {"-z", "--zero-stage", ARG_INT, &zero_stage, "ZeRO stage (single GPU: 0 only for now)"},
-        {"-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)"},
-        {"-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z, "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)"},
-        {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
-        {NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end"},
-        {NULL, "--shuffle", ARG_INT, &shuffle, "1: shuffle shards and samples each epoch"},
-        {NULL, "--seed", ARG_INT, &seed, "seed for init, shuffling and sampling"},
-        {NULL, "--tokenizer-dir", ARG_STRING, &tokenizer_dir, "directory holding vocab.bpe and encoder.json"},
-    };
-    args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
+    float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 8];
+    int nspecs = train_options_specs(&o, specs);
+    specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
+    specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (not implemented yet; 0 only)");
+    specs[nspecs++] = arg_spec("-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)");
+    specs[nspecs++] = arg_spec("-z", "--zero-stage", ARG_INT, &zero_stage, "ZeRO stage (single GPU: 0 only for now)");
+    specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
+    specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z, "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
+    specs[nspecs++] = arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
+    specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end");
+    args_parse(argc, argv, specs, nspecs,
                "usage: train_gpt2cu [options]\n\nTrains GPT-2 on one NVIDIA GPU (" PRECISION_NAME " build).");
 
     // validate everything before any GPU work
-    if (B < 1) fatal("-b (batch size) must be at least 1, got %d", B);
-    if (T < 1) fatal("-t (sequence length) must be at least 1, got %d", T);
-    if ((long)B * T > (1L << 30)) fatal("-b times -t is too large (%ld tokens per micro-batch)", (long)B * T);
-    if (total_batch == -1) total_batch = B * T;
-    if (total_batch < 1 || total_batch % (B * T))
-        fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", B * T, total_batch);
-    LRSchedule sched = {LR_COSINE, lr, final_frac, wsd_frac, warmup, 0};
-    if (!lr_schedule_kind_from_name(sched_name, &sched.kind)) fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", sched_name);
-    if (lr < 0 || !isfinite(lr)) fatal("-l (learning rate) must be a non-negative number");
-    if (final_frac < 0 || final_frac > 1) fatal("-q (final lr fraction) must be in [0, 1], got %g", final_frac);
-    if (wsd_frac < 0 || wsd_frac > 1) fatal("--wsd-decay-fraction must be in [0, 1]");
-    if (warmup < 0) fatal("-u (warmup steps) must be >= 0");
-    if (weight_decay < 0) fatal("-c (weight decay) must be >= 0");
-    if (grad_clip < 0) fatal("--grad-clip must be >= 0");
-    if (gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
-    if (val_every < 0 || sample_every < 0 || ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
-    if (resume && !out_dir) fatal("-y 1 needs -o: the directory to resume from");
-    if (resume != 0 && resume != 1) fatal("-y must be 0 or 1");
+    train_options_validate(&o);
+    const int B = o.B, T = o.T;
     if (recompute < 0 || recompute > 2) fatal("-r (recompute) must be 0, 1 or 2, got %d", recompute);
     if (flash != 0) fatal("-f 1: flash attention is not implemented yet in this build; use -f 0");
     if (master_weights != 0 && master_weights != 1) fatal("-w must be 0 or 1");
     if (zero_stage != 0) fatal("-z %d: ZeRO needs several GPUs (multi-GPU is not implemented yet); use -z 0", zero_stage);
     if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
     if (fuse_gelu != 0 && fuse_gelu != 1) fatal("--fuse-gelu must be 0 or 1");
-    if (overfit != 0 && overfit != 1) fatal("-a must be 0 or 1");
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
-    if (out_dir) {
-        mkdir(out_dir, 0755);
-        struct stat st;
-        if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: cannot create directory %s", out_dir);
-    }
-
     GPT2 model;
     memset(&model, 0, sizeof model);
-    float *host_params;
     GPT2Config cfg;
-    if (gpt2_config_from_descriptor(model_arg, &cfg)) {
-        const char *problem = gpt2_config_problem(&cfg);
-        if (problem) fatal("-e %s: %s", model_arg, problem);
-        host_params = gpt2_init_random_host(&cfg, (uint64_t)seed);
-    } else if (file_exists(model_arg)) {
-        host_params = gpt2_checkpoint_read(model_arg, &cfg);
-    } else {
-        fatal("-e %s: not a model descriptor (d12, d24, d36, d48, l<L>h<H>c<C>[t<maxT>]) and no such file", model_arg);
-    }
+    float *host_params = gpt2_params_from_model_arg(o.model_arg, T, (uint64_t)o.seed, &cfg);
     model.config = cfg;
-    if (T > cfg.max_seq_len) fatal("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
     if (cfg.channels % 8 || (cfg.channels / cfg.num_heads) % 8)
-        fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", model_arg,
+        fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
 
     Tokenizer tok;
-    tokenizer_init(&tok, tokenizer_dir);
+    tokenizer_init(&tok, o.tokenizer_dir);
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, train_pattern, B, T, 0, 1, shuffle, (uint64_t)seed, cfg.vocab_size);
-    int have_val = val_pattern && *val_pattern;
-    if (have_val) dataloader_init(&val_loader, val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
-    int accum = total_batch / (B * T);
+    dataloader_init(&train_loader, o.train_pattern, B, T, 0, 1, o.shuffle, (uint64_t)o.seed, cfg.vocab_size);
+    int have_val = o.val_pattern && *o.val_pattern;
+    if (have_val) dataloader_init(&val_loader, o.val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
+    int accum = o.total_batch / (B * T), max_steps = o.max_steps;
     if (max_steps < 0) {
         max_steps = (int)(dataloader_batches_per_epoch(&train_loader) / accum);
         if (max_steps < 1) max_steps = 1;
     }
+    LRSchedule sched = o.sched;
     sched.total_steps = max_steps;
-    AdamWConfig opt = {lr, 0.9f, 0.95f, 1e-8f, weight_decay, grad_clip};
+    AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
     int resume_step = -1;
-    if (resume) {
-        resume_step = latest_checkpoint_step(out_dir);
-        if (resume_step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", out_dir);
+    if (o.resume) {
+        resume_step = latest_checkpoint_step(o.out_dir);
+        if (resume_step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", o.out_dir);
         char mp[4096], sp[4096];
-        checkpoint_paths(out_dir, resume_step, mp, sp, sizeof mp);
-        if (!file_exists(mp)) fatal("-y 1: %s has %s but not %s", out_dir, sp, mp);
+        checkpoint_paths(o.out_dir, resume_step, mp, sp, sizeof mp);
+        if (!file_exists(mp)) fatal("-y 1: %s has %s but not %s", o.out_dir, sp, mp);
     }
 
     // GPU from here on
@@ -792,26 +676,26 @@ int main(int argc, char **argv) {
            np * sizeof(floatX) * mib, np * sizeof(floatX) * mib, model.master ? np * 4 * mib : 0.0, np * 8 * mib,
            model.act_bytes * mib, model.scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib,
            (device_used_bytes() - used0) * mib);
-    printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, lr %g (%s), recompute %d, gelu %s%s\n",
-           B, T, accum, total_batch, max_steps, lr, sched_name, recompute, g_fuse_gelu ? "fused" : "separate",
+    printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, o.lr %g (%s), recompute %d, gelu %s%s\n",
+           B, T, accum, o.total_batch, max_steps, o.lr, o.sched_name, recompute, g_fuse_gelu ? "fused" : "separate",
            PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
 
-    uint64_t rng = rng_seed((uint64_t)seed ^ 0x5eedULL);
+    uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);
     int start_step = 0;
-    if (resume) {
+    if (o.resume) {
         int step = resume_step;
-        load_checkpoint(&model, &train_loader, out_dir, step, &rng);
+        load_checkpoint(&model, &train_loader, o.out_dir, step, &rng);
         start_step = step;
-        printf("resumed from %s at step %d\n", out_dir, step);
+        printf("resumed from %s at step %d\n", o.out_dir, step);
     }
     Logger lg;
-    logger_init(&lg, out_dir, resume);
+    logger_init(&lg, o.out_dir, o.resume);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    double flops_per_step = gpt2_flops_per_token(&cfg, T) * total_batch;
+    double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     float loss_scale = 1.0f / ((float)B * T * accum);  // mean over positions and micro-steps
-    if (overfit) dataloader_next(&train_loader, inputs, targets);
+    if (o.overfit) dataloader_next(&train_loader, inputs, targets);
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
     double sum_dt = 0.0;
@@ -823,7 +707,7 @@ int main(int argc, char **argv) {
         gpt2_zero_grad(&model);
         CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
-            if (!overfit) dataloader_next(&train_loader, inputs, targets);
+            if (!o.overfit) dataloader_next(&train_loader, inputs, targets);
             gpt2_upload_batch(&model, inputs, targets, B, T);
             gpt2_forward(&model, B, T);
             gpt2_loss(&model, model.info + 2, loss_scale, 1, B, T);
@@ -839,8 +723,8 @@ int main(int argc, char **argv) {
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
         float loss = info[2], norm = info[0];
         if (step - start_step >= 10) { sum_dt += dt; timed_steps++; }  // steady state: from the 11th step on
-        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
-                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, total_batch / dt,
+        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | o.lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
+                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt,
                       100.0 * flops_per_step / dt / GPU_PEAK_FLOPS_BF16);
         if (!isfinite(loss) || !isfinite(norm))
             logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
@@ -857,22 +741,22 @@ int main(int argc, char **argv) {
         if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
 
         int last = step + 1 == max_steps;
-        if (have_val && ((val_every > 0 && (step + 1) % val_every == 0) || last)) {
-            float vl = evaluate(&model, &val_loader, val_batches, inputs, targets);
+        if (have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+            float vl = evaluate(&model, &val_loader, o.val_batches, inputs, targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
-        if (gen_tokens > 0 && ((sample_every > 0 && (step + 1) % sample_every == 0) || last))
-            gpt2_sample(&model, &tok, prompt, gen_tokens, temperature, &rng, &lg);
-        if (out_dir && ((ckpt_every > 0 && (step + 1) % ckpt_every == 0) || last)) {
-            save_checkpoint(&model, &train_loader, out_dir, step + 1, rng);
-            printf("checkpoint written: %s/model_%08d.bin\n", out_dir, step + 1);
+        if (o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last))
+            gpt2_sample(&model, &tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+        if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
+            save_checkpoint(&model, &train_loader, o.out_dir, step + 1, rng);
+            printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
     }
     size_t u = device_used_bytes();
     if (u > peak_used) peak_used = u;
     if (timed_steps > 0)
         printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", start_step + 11, max_steps,
-               1e3 * sum_dt / timed_steps, total_batch * timed_steps / sum_dt,
+               1e3 * sum_dt / timed_steps, o.total_batch * timed_steps / sum_dt,
                100.0 * flops_per_step * timed_steps / sum_dt / GPU_PEAK_FLOPS_BF16);
     if (profile && g_prof.steps > 0) {
         double sum = 0.0;

@@ -15,31 +15,37 @@ bad() { fails=$((fails + 1)); echo "FAIL $1"; }
 SMALL="-e l2h2c32t32 -b 2 -t 16 -s 0 -g 4 -v 0"
 
 # expect_error "description" "text the message must contain" args...
+# Runs $TRAINER; the GPU trainer (if built) must refuse the same input before any GPU work.
 expect_error() {
     local what=$1 needle=$2
     shift 2
-    ./train_gpt2 "$@" > $W/out.txt 2> $W/err.txt
+    $TRAINER "$@" > $W/out.txt 2> $W/err.txt
     local st=$?
-    if [ $st -eq 1 ] && grep -qF -- "$needle" $W/err.txt; then ok "$what: $(head -c 150 $W/err.txt)"
-    else bad "$what (exit $st, stderr: $(cat $W/err.txt))"; fi
+    if [ $st -eq 1 ] && grep -qF -- "$needle" $W/err.txt; then ok "$TRAINER: $what: $(head -c 150 $W/err.txt)"
+    else bad "$TRAINER: $what (exit $st, stderr: $(cat $W/err.txt))"; fi
 }
-expect_error "negative batch size" "-b" $SMALL -b -1
-expect_error "T over max_seq_len" "exceeds" $SMALL -t 64
-expect_error "total batch not a multiple of B*T" "-d" $SMALL -d 100
-expect_error "missing training data" "no_such_dir" $SMALL -i 'no_such_dir/x_*.bin'
-expect_error "unknown descriptor/missing model" "d13" -e d13
-expect_error "unknown flag" "--bogus" --bogus 3
-expect_error "malformed number" "-x" $SMALL -x ten
-expect_error "unknown schedule" "-k" $SMALL -k sawtooth
-expect_error "resume without -o" "-y" $SMALL -y 1
 printf 'not a checkpoint' > $W/junk.bin
-expect_error "corrupt checkpoint" "junk.bin" -e $W/junk.bin
+trainers=./train_gpt2
+[ -x ./train_gpt2cu ] && trainers="$trainers ./train_gpt2cu"
+for TRAINER in $trainers; do
+    expect_error "negative batch size" "-b" $SMALL -b -1
+    expect_error "T over max_seq_len" "exceeds" $SMALL -t 64
+    expect_error "total batch not a multiple of B*T" "-d" $SMALL -d 100
+    expect_error "missing training data" "no_such_dir" $SMALL -i 'no_such_dir/x_*.bin'
+    expect_error "unknown descriptor/missing model" "d13" -e d13
+    expect_error "unknown flag" "--bogus" --bogus 3
+    expect_error "malformed number" "-x" $SMALL -x ten
+    expect_error "unknown schedule" "-k" $SMALL -k sawtooth
+    expect_error "resume without -o" "-y" $SMALL -y 1
+    expect_error "corrupt checkpoint" "junk.bin" -e $W/junk.bin
+done
+[ -x ./train_gpt2cu ] || echo "(train_gpt2cu not built: its command-line checks skipped)"
 
 # a short run: the loss must fall
-./train_gpt2 $SMALL -x 12 -l 1e-3 > $W/short.txt 2>&1 || bad "short run exited non-zero"
+./train_gpt2 $SMALL -x 15 -l 3e-3 > $W/short.txt 2>&1 || bad "short run exited non-zero"
 first=$(grep -m1 '^step' $W/short.txt | awk -F'|' '{print $2}' | awk '{print $2}')
 last=$(grep '^step' $W/short.txt | tail -1 | awk -F'|' '{print $2}' | awk '{print $2}')
-if awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'; then ok "loss falls: $first -> $last"
+if awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.5)}'; then ok "loss falls: $first -> $last"
 else bad "loss did not fall: $first -> $last"; fi
 grep -q '^sample: ' $W/short.txt && ok "prints a sample" || bad "no sample printed"
 

@@ -1,0 +1,201 @@
+// train_common.h: what the CPU and GPU trainers share around the model: the training
+// options (one table of flags, one set of defaults, one validation), GPT-2's random
+// initialisation, resolving -e into parameters, the run directory's checkpoint file
+// names, and drawing a sample from a distribution.
+#ifndef COMMON_TRAIN_COMMON_H
+#define COMMON_TRAIN_COMMON_H
+#include "util.h"
+#include "args.h"
+#include "checkpoint.h"
+#include "rng.h"
+#include "schedule.h"
+#include <dirent.h>
+#include <math.h>
+
+typedef struct {
+    const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
+    int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
+    int ckpt_every, resume, overfit, seed, shuffle;
+    float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac;
+    LRSchedule sched;  // filled in by train_options_validate
+} TrainOptions;
+
+static inline void train_options_defaults(TrainOptions *o, int default_T) {
+    memset(o, 0, sizeof *o);
+    o->train_pattern = "data/tinyshakespeare/tiny_shakespeare_train_*.bin";
+    o->val_pattern = "data/tinyshakespeare/tiny_shakespeare_val_*.bin";
+    o->model_arg = "d12";
+    o->sched_name = "cosine";
+    o->tokenizer_dir = "data/gpt2";
+    o->prompt = "";
+    o->B = 4;
+    o->T = default_T;
+    o->total_batch = -1;
+    o->max_steps = -1;
+    o->val_every = 20;
+    o->val_batches = 20;
+    o->sample_every = 20;
+    o->gen_tokens = 64;
+    o->seed = 42;
+    o->lr = 3e-4f;
+    o->final_frac = 1.0f;
+    o->grad_clip = 1.0f;
+    o->temperature = 1.0f;
+    o->wsd_frac = 0.2f;
+}
+
+static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, ArgType type, void *dest, const char *help) {
+    ArgSpec s;
+    s.short_flag = short_flag;
+    s.long_flag = long_flag;
+    s.type = type;
+    s.dest = dest;
+    s.help = help;
+    return s;
+}
+
+#define TRAIN_OPTIONS_COUNT 27
+
+// Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
+// A trainer appends its own options after these.
+static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
+    int n = 0;
+    specs[n++] = arg_spec("-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
+    specs[n++] = arg_spec("-j", "--val-data", ARG_STRING, &o->val_pattern, "validation shards (glob); empty string: none");
+    specs[n++] = arg_spec("-e", "--model", ARG_STRING, &o->model_arg, "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
+    specs[n++] = arg_spec("-o", "--output-dir", ARG_STRING, &o->out_dir, "directory for main.log and checkpoints");
+    specs[n++] = arg_spec("-b", "--batch-size", ARG_INT, &o->B, "micro-batch size B");
+    specs[n++] = arg_spec("-t", "--seq-len", ARG_INT, &o->T, "sequence length T");
+    specs[n++] = arg_spec("-d", "--total-batch-size", ARG_INT, &o->total_batch, "tokens per step, a multiple of B*T (-1: B*T, no accumulation)");
+    specs[n++] = arg_spec("-x", "--max-steps", ARG_INT, &o->max_steps, "optimizer steps (-1: one epoch)");
+    specs[n++] = arg_spec("-l", "--learning-rate", ARG_FLOAT, &o->lr, "peak learning rate");
+    specs[n++] = arg_spec("-u", "--warmup-steps", ARG_INT, &o->warmup, "linear warmup steps");
+    specs[n++] = arg_spec("-q", "--final-lr-fraction", ARG_FLOAT, &o->final_frac, "final lr as a fraction of the peak");
+    specs[n++] = arg_spec("-k", "--lr-schedule", ARG_STRING, &o->sched_name, "cosine|linear|constant|wsd");
+    specs[n++] = arg_spec(NULL, "--wsd-decay-fraction", ARG_FLOAT, &o->wsd_frac, "wsd: fraction of steps spent decaying");
+    specs[n++] = arg_spec("-c", "--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D weights only)");
+    specs[n++] = arg_spec(NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
+    specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every, "validation loss every N steps (0: never)");
+    specs[n++] = arg_spec("-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
+    specs[n++] = arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample text every N steps (0: only at the end)");
+    specs[n++] = arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample");
+    specs[n++] = arg_spec(NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
+    specs[n++] = arg_spec(NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
+    specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every, "write a checkpoint every N steps to -o (0: only at the end, if -o)");
+    specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume, "1: resume from the latest checkpoint in -o");
+    specs[n++] = arg_spec("-a", "--overfit-batch", ARG_INT, &o->overfit, "1: train on the first batch only (debugging)");
+    specs[n++] = arg_spec(NULL, "--shuffle", ARG_INT, &o->shuffle, "1: shuffle shards and samples each epoch");
+    specs[n++] = arg_spec(NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
+    specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir, "directory holding vocab.bpe and encoder.json");
+    if (n != TRAIN_OPTIONS_COUNT) fatal("internal: TRAIN_OPTIONS_COUNT is %d, table has %d", TRAIN_OPTIONS_COUNT, n);
+    return n;
+}
+
+// Checks the shared options before any large allocation or GPU work; fills in the
+// total batch default and the schedule kind; creates the output directory.
+static inline void train_options_validate(TrainOptions *o) {
+    if (o->B < 1) fatal("-b (batch size) must be at least 1, got %d", o->B);
+    if (o->T < 1) fatal("-t (sequence length) must be at least 1, got %d", o->T);
+    if ((long)o->B * o->T > (1L << 30)) fatal("-b times -t is too large (%ld tokens per micro-batch)", (long)o->B * o->T);
+    if (o->total_batch == -1) o->total_batch = o->B * o->T;
+    if (o->total_batch < 1 || o->total_batch % (o->B * o->T))
+        fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", o->B * o->T, o->total_batch);
+    LRSchedule s = {LR_COSINE, o->lr, o->final_frac, o->wsd_frac, o->warmup, 0};
+    if (!lr_schedule_kind_from_name(o->sched_name, &s.kind))
+        fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", o->sched_name);
+    o->sched = s;
+    if (o->lr < 0 || !isfinite(o->lr)) fatal("-l (learning rate) must be a non-negative number");
+    if (o->final_frac < 0 || o->final_frac > 1) fatal("-q (final lr fraction) must be in [0, 1], got %g", o->final_frac);
+    if (o->wsd_frac < 0 || o->wsd_frac > 1) fatal("--wsd-decay-fraction must be in [0, 1]");
+    if (o->warmup < 0) fatal("-u (warmup steps) must be >= 0");
+    if (o->weight_decay < 0) fatal("-c (weight decay) must be >= 0");
+    if (o->grad_clip < 0) fatal("--grad-clip must be >= 0");
+    if (o->gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
+    if (o->temperature < 0) fatal("--temperature must be >= 0");
+    if (o->val_every < 0 || o->sample_every < 0 || o->ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
+    if (o->resume != 0 && o->resume != 1) fatal("-y must be 0 or 1");
+    if (o->resume && !o->out_dir) fatal("-y 1 needs -o: the directory to resume from");
+    if (o->overfit != 0 && o->overfit != 1) fatal("-a must be 0 or 1");
+    if (o->shuffle != 0 && o->shuffle != 1) fatal("--shuffle must be 0 or 1");
+    if (o->out_dir) {
+        mkdir(o->out_dir, 0755);
+        struct stat st;
+        if (stat(o->out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: cannot create directory %s", o->out_dir);
+    }
+}
+
+// GPT-2's initialisation: weights normal(0, 0.02), the residual output projections
+// (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1; the padded
+// rows of wte stay zero. Returns a malloc'd array in checkpoint order.
+static inline float *gpt2_init_random_params(const GPT2Config *cfg, uint64_t seed) {
+    size_t sizes[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(cfg, sizes);
+    float *params = (float *)xcalloc(gpt2_num_params(cfg), sizeof(float));
+    uint64_t rng = rng_seed(seed);
+    float resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    float *p = params;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        size_t n = i == P_WTE ? (size_t)cfg->vocab_size * cfg->channels : sizes[i];
+        if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+        } else if (i == P_WTE || i == P_WPE || i == P_QKVW || i == P_FCW) {
+            rng_fill_normal(&rng, p, n, 0.0f, 0.02f);
+        } else if (i == P_ATTPROJW || i == P_FCPROJW) {
+            rng_fill_normal(&rng, p, n, 0.0f, resid_std);
+        }
+        p += sizes[i];
+    }
+    return params;
+}
+
+// -e: a descriptor gives a random init from seed, a file a checkpoint. Returns the
+// parameters (malloc'd, fp32) and fills cfg; checks T against the model's maxT.
+static inline float *gpt2_params_from_model_arg(const char *model_arg, int T, uint64_t seed, GPT2Config *cfg) {
+    float *params;
+    if (gpt2_config_from_descriptor(model_arg, cfg)) {
+        const char *problem = gpt2_config_problem(cfg);
+        if (problem) fatal("-e %s: %s", model_arg, problem);
+        params = gpt2_init_random_params(cfg, seed);
+    } else if (file_exists(model_arg)) {
+        params = gpt2_checkpoint_read(model_arg, cfg);
+    } else {
+        fatal("-e %s: not a model descriptor (d12, d24, d36, d48, l<L>h<H>c<C>[t<maxT>]) and no such file", model_arg);
+    }
+    if (T > cfg->max_seq_len) fatal("-t %d exceeds the model's max sequence length %d", T, cfg->max_seq_len);
+    return params;
+}
+
+// A run directory holds <dir>/model_<step>.bin (the model) and <dir>/state_<step>.bin
+// (the rest of the training state). The state is written last, so a step whose state
+// file exists has a complete checkpoint.
+static inline void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
+    snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
+    snprintf(state_path, cap, "%s/state_%08d.bin", dir, step);
+}
+
+// The newest step with a state file in dir, or -1.
+static inline int latest_checkpoint_step(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail[8];
+        if (sscanf(e->d_name, "state_%d.%4s", &step, tail) == 2 && !strcmp(tail, "bin") && step > best) best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+// Draws an index from probs (n entries summing to ~1) with coin in [0,1).
+static inline int sample_index(const float *probs, int n, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += probs[i];
+        if (coin < cdf) return i;
+    }
+    return n - 1;
+}
+
+#endif // COMMON_TRAIN_COMMON_H
