@@ -633,20 +633,9 @@ int main(int argc, char **argv) {
     GPT2 model;
     gpt2_build(&model, &cfg, params);
 
-    Tokenizer tok;
-    tokenizer_init(&tok, o.tokenizer_dir);
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.train_pattern, B, T, 0, 1, o.shuffle, (uint64_t)o.seed, cfg.vocab_size);
-    int have_val = o.val_pattern && *o.val_pattern;
-    if (have_val) dataloader_init(&val_loader, o.val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
-
-    int accum = o.total_batch / (B * T), max_steps = o.max_steps;
-    if (max_steps < 0) {
-        max_steps = (int)(dataloader_batches_per_epoch(&train_loader) / accum);
-        if (max_steps < 1) max_steps = 1;
-    }
-    LRSchedule sched = o.sched;
-    sched.total_steps = max_steps;
+    TrainData data;
+    train_data_open(&data, &o, cfg.vocab_size);
+    const int accum = data.accum, max_steps = data.max_steps;
     AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
 
     gpt2_alloc_activations(&model, B, T);
@@ -664,7 +653,7 @@ int main(int argc, char **argv) {
     if (o.resume) {
         int step = latest_checkpoint_step(o.out_dir);
         if (step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", o.out_dir);
-        load_checkpoint(&model, &train_loader, o.out_dir, step, &rng);
+        load_checkpoint(&model, &data.train, o.out_dir, step, &rng);
         start_step = step;
         printf("resumed from %s at step %d\n", o.out_dir, step);
     }
@@ -674,21 +663,21 @@ int main(int argc, char **argv) {
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
-    if (o.overfit) dataloader_next(&train_loader, inputs, targets);
+    if (o.overfit) dataloader_next(&data.train, inputs, targets);
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
         // forward and backward over the micro-steps, gradients accumulating
         gpt2_zero_grad(&model);
         double loss_sum = 0.0;
         for (int micro = 0; micro < accum; micro++) {
-            if (!o.overfit) dataloader_next(&train_loader, inputs, targets);
+            if (!o.overfit) dataloader_next(&data.train, inputs, targets);
             gpt2_forward(&model, inputs, targets, B, T);
             loss_sum += model.mean_loss;
             gpt2_backward(&model, inputs, targets, 1.0f / (float)accum);
         }
         float loss = (float)(loss_sum / accum);
         // clip and update
-        opt.lr = lr_at_step(&sched, step);
+        opt.lr = lr_at_step(&data.sched, step);
         float norm = NAN;
         if (isfinite(loss)) norm = gpt2_update(&model, &opt, step + 1);
         double dt = wall_seconds() - t0;
@@ -698,23 +687,21 @@ int main(int argc, char **argv) {
             logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
 
         int last = step + 1 == max_steps;
-        if (have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
-            float vl = evaluate(&model, &val_loader, o.val_batches, inputs, targets);
+        if (data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+            float vl = evaluate(&model, &data.val, o.val_batches, inputs, targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
         if ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last)
-            gpt2_sample(&model, &tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+            gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
         if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
-            save_checkpoint(&model, &train_loader, o.out_dir, step + 1, rng);
+            save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
             printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
     }
     free(inputs);
     free(targets);
     logger_close(&lg);
-    dataloader_free(&train_loader);
-    if (have_val) dataloader_free(&val_loader);
-    tokenizer_free(&tok);
+    train_data_close(&data);
     gpt2_free(&model);
     return 0;
 }

@@ -632,19 +632,9 @@ int main(int argc, char **argv) {
         fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
 
-    Tokenizer tok;
-    tokenizer_init(&tok, o.tokenizer_dir);
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.train_pattern, B, T, 0, 1, o.shuffle, (uint64_t)o.seed, cfg.vocab_size);
-    int have_val = o.val_pattern && *o.val_pattern;
-    if (have_val) dataloader_init(&val_loader, o.val_pattern, B, T, 0, 1, 0, 0, cfg.vocab_size);
-    int accum = o.total_batch / (B * T), max_steps = o.max_steps;
-    if (max_steps < 0) {
-        max_steps = (int)(dataloader_batches_per_epoch(&train_loader) / accum);
-        if (max_steps < 1) max_steps = 1;
-    }
-    LRSchedule sched = o.sched;
-    sched.total_steps = max_steps;
+    TrainData data;
+    train_data_open(&data, &o, cfg.vocab_size);
+    const int accum = data.accum, max_steps = data.max_steps;
     AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
     int resume_step = -1;
     if (o.resume) {
@@ -684,7 +674,7 @@ int main(int argc, char **argv) {
     int start_step = 0;
     if (o.resume) {
         int step = resume_step;
-        load_checkpoint(&model, &train_loader, o.out_dir, step, &rng);
+        load_checkpoint(&model, &data.train, o.out_dir, step, &rng);
         start_step = step;
         printf("resumed from %s at step %d\n", o.out_dir, step);
     }
@@ -695,7 +685,7 @@ int main(int argc, char **argv) {
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     float loss_scale = 1.0f / ((float)B * T * accum);  // mean over positions and micro-steps
-    if (o.overfit) dataloader_next(&train_loader, inputs, targets);
+    if (o.overfit) dataloader_next(&data.train, inputs, targets);
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
     double sum_dt = 0.0;
@@ -707,14 +697,14 @@ int main(int argc, char **argv) {
         gpt2_zero_grad(&model);
         CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
-            if (!o.overfit) dataloader_next(&train_loader, inputs, targets);
+            if (!o.overfit) dataloader_next(&data.train, inputs, targets);
             gpt2_upload_batch(&model, inputs, targets, B, T);
             gpt2_forward(&model, B, T);
             gpt2_loss(&model, model.info + 2, loss_scale, 1, B, T);
             gpt2_backward(&model);
         }
         // clip and update (skipped on the device if the loss or the norm is not finite)
-        opt.lr = lr_at_step(&sched, step);
+        opt.lr = lr_at_step(&data.sched, step);
         gpt2_update(&model, &opt, step + 1);
         float info[3];
         CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, model.stream));
@@ -741,14 +731,14 @@ int main(int argc, char **argv) {
         if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
 
         int last = step + 1 == max_steps;
-        if (have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
-            float vl = evaluate(&model, &val_loader, o.val_batches, inputs, targets);
+        if (data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+            float vl = evaluate(&model, &data.val, o.val_batches, inputs, targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
         if (o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last))
-            gpt2_sample(&model, &tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+            gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
         if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
-            save_checkpoint(&model, &train_loader, o.out_dir, step + 1, rng);
+            save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
             printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
     }
@@ -772,9 +762,7 @@ int main(int argc, char **argv) {
     free(inputs);
     free(targets);
     logger_close(&lg);
-    dataloader_free(&train_loader);
-    if (have_val) dataloader_free(&val_loader);
-    tokenizer_free(&tok);
+    train_data_close(&data);
     gpt2_free(&model);
     return 0;
 }

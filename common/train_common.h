@@ -7,8 +7,10 @@
 #include "util.h"
 #include "args.h"
 #include "checkpoint.h"
+#include "dataloader.h"
 #include "rng.h"
 #include "schedule.h"
+#include "tokenizer.h"
 #include <dirent.h>
 #include <math.h>
 
@@ -163,6 +165,36 @@ static inline float *gpt2_params_from_model_arg(const char *model_arg, int T, ui
     }
     if (T > cfg->max_seq_len) fatal("-t %d exceeds the model's max sequence length %d", T, cfg->max_seq_len);
     return params;
+}
+
+// The data side of a run: tokenizer, train and validation loaders, the number of
+// micro-steps per step, the number of steps, and the schedule over them.
+typedef struct {
+    Tokenizer tok;
+    DataLoader train, val;
+    int have_val, accum, max_steps;
+    LRSchedule sched;
+} TrainData;
+
+static inline void train_data_open(TrainData *d, const TrainOptions *o, int vocab_size) {
+    tokenizer_init(&d->tok, o->tokenizer_dir);
+    dataloader_init(&d->train, o->train_pattern, o->B, o->T, 0, 1, o->shuffle, (uint64_t)o->seed, vocab_size);
+    d->have_val = o->val_pattern && *o->val_pattern;
+    if (d->have_val) dataloader_init(&d->val, o->val_pattern, o->B, o->T, 0, 1, 0, 0, vocab_size);
+    d->accum = o->total_batch / (o->B * o->T);
+    d->max_steps = o->max_steps;
+    if (d->max_steps < 0) {  // one epoch
+        d->max_steps = (int)(dataloader_batches_per_epoch(&d->train) / d->accum);
+        if (d->max_steps < 1) d->max_steps = 1;
+    }
+    d->sched = o->sched;
+    d->sched.total_steps = d->max_steps;
+}
+
+static inline void train_data_close(TrainData *d) {
+    dataloader_free(&d->train);
+    if (d->have_val) dataloader_free(&d->val);
+    tokenizer_free(&d->tok);
 }
 
 // A run directory holds <dir>/model_<step>.bin (the model) and <dir>/state_<step>.bin

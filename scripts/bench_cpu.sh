@@ -11,7 +11,7 @@ make -s train_gpt2
 ./dev/data/tinyshakespeare.sh > /dev/null
 variants="ours"
 if [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ]; then
-    gcc -O3 -march=native -std=c11 -fopenmp -I. -DUSE_CBLAS -o build/train_gpt2_blas train_gpt2.c -lm -lopenblas
+    make -s build/train_gpt2_blas
     variants="ours openblas"
 fi
 printf "load average before: %s\n" "$(cut -d' ' -f1-3 /proc/loadavg)"
