@@ -539,19 +539,9 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
     for (int step = 0; step < gen_tokens && n < maxT; step++) {
         gpt2_forward(model, ids, NULL, 1, n);
         const float *logits = model->acts.logits + (size_t)(n - 1) * Vp;
-        float maxv = -FLT_MAX, sum = 0.0f, temp = temperature > 1e-4f ? temperature : 1e-4f;
-        for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
-        for (int v = 0; v < V; v++) { probs[v] = expf((logits[v] - maxv) / temp); sum += probs[v]; }
-        for (int v = 0; v < V; v++) probs[v] /= sum;
-        ids[n++] = sample_index(probs, V, rng_uniform(rng));
+        ids[n++] = sample_from_logits(logits, probs, V, temperature, rng);
     }
-    logger_printf(lg, "sample: ");
-    for (int i = 1; i < n; i++) {
-        size_t len;
-        const uint8_t *bytes = tokenizer_token_bytes(tok, (uint32_t)ids[i], &len);
-        if (bytes) logger_printf(lg, "%.*s", (int)len, (const char *)bytes);
-    }
-    logger_printf(lg, "\n");
+    log_sample(lg, tok, ids, n);
     free(probs);
     free(ids);
 }

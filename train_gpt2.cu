@@ -474,19 +474,10 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
         CUDA_CHECK(cudaMemcpyAsync(row, model->acts.logits + (size_t)(n - 1) * Vp, (size_t)Vp * sizeof(floatX),
                                    cudaMemcpyDeviceToHost, model->stream));
         CUDA_CHECK(cudaStreamSynchronize(model->stream));
-        float maxv = -FLT_MAX, sum = 0.0f, temp = temperature > 1e-4f ? temperature : 1e-4f;
-        for (int v = 0; v < V; v++) maxv = fmaxf(maxv, to_float(row[v]));
-        for (int v = 0; v < V; v++) { probs[v] = expf((to_float(row[v]) - maxv) / temp); sum += probs[v]; }
-        for (int v = 0; v < V; v++) probs[v] /= sum;
-        ids[n++] = sample_index(probs, V, rng_uniform(rng));
+        for (int v = 0; v < V; v++) probs[v] = to_float(row[v]);
+        ids[n++] = sample_from_logits(probs, probs, V, temperature, rng);
     }
-    logger_printf(lg, "sample: ");
-    for (int i = 1; i < n; i++) {
-        size_t len;
-        const uint8_t *bytes = tokenizer_token_bytes(tok, (uint32_t)ids[i], &len);
-        if (bytes) logger_printf(lg, "%.*s", (int)len, (const char *)bytes);
-    }
-    logger_printf(lg, "\n");
+    log_sample(lg, tok, ids, n);
     free(row);
     free(probs);
     free(ids);

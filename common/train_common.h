@@ -8,10 +8,12 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "dataloader.h"
+#include "logger.h"
 #include "rng.h"
 #include "schedule.h"
 #include "tokenizer.h"
 #include <dirent.h>
+#include <float.h>
 #include <math.h>
 
 typedef struct {
@@ -228,6 +230,30 @@ static inline int sample_index(const float *probs, int n, float coin) {
         if (coin < cdf) return i;
     }
     return n - 1;
+}
+
+// Softmax of logits[0..V) at the given temperature into probs (may be the same array),
+// then a draw from it.
+static inline int sample_from_logits(const float *logits, float *probs, int V, float temperature, uint64_t *rng) {
+    float maxv = -FLT_MAX, sum = 0.0f, temp = temperature > 1e-4f ? temperature : 1e-4f;
+    for (int v = 0; v < V; v++) maxv = fmaxf(maxv, logits[v]);
+    for (int v = 0; v < V; v++) {
+        probs[v] = expf((logits[v] - maxv) / temp);
+        sum += probs[v];
+    }
+    for (int v = 0; v < V; v++) probs[v] /= sum;
+    return sample_index(probs, V, rng_uniform(rng));
+}
+
+// Prints "sample: <text>" for ids[1..n) (ids[0] is the end-of-text token that starts it).
+static inline void log_sample(Logger *lg, const Tokenizer *tok, const int *ids, int n) {
+    logger_printf(lg, "sample: ");
+    for (int i = 1; i < n; i++) {
+        size_t len;
+        const uint8_t *bytes = tokenizer_token_bytes(tok, (uint32_t)ids[i], &len);
+        if (bytes) logger_printf(lg, "%.*s", (int)len, (const char *)bytes);
+    }
+    logger_printf(lg, "\n");
 }
 
 #endif // COMMON_TRAIN_COMMON_H
