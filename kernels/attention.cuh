@@ -767,9 +767,9 @@ template <> struct Cfg<128> {
     static constexpr int DQ_NW = 4, DQ_BN = 32;
 };
 
-template <int HS>
-static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    constexpr int NW = Cfg<HS>::FWD_NW, BN = Cfg<HS>::FWD_BN, BM = 16 * NW;
+template <int HS, int NW, int BN>
+static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    constexpr int BM = 16 * NW;
     size_t smem = (size_t)(BM + 4 * BN) * HS * sizeof(floatX);
     auto kern = fwd_kernel<HS, NW, BN>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -777,16 +777,20 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
     kern<<<grid, NW * 32, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
     LAUNCH_CHECK();
 }
-
 template <int HS>
-static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                     float *Dbuf, int B, int T, int NH, cudaStream_t s) {
+static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN>(out, lse, qkv, B, T, NH, s);
+}
+
+template <int HS, int KV_NW, int KV_BM, int DQ_NW, int DQ_BN>
+static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                         float *Dbuf, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
     long rows = (long)B * NH * T;
     bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
     LAUNCH_CHECK();
     {
-        constexpr int NW = Cfg<HS>::KV_NW, BM = Cfg<HS>::KV_BM, BN = 16 * NW;
+        constexpr int NW = KV_NW, BM = KV_BM, BN = 16 * NW;
         size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float);
         auto kern = bwd_dkdv_kernel<HS, NW, BM>;
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -795,7 +799,7 @@ static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const 
         LAUNCH_CHECK();
     }
     {
-        constexpr int NW = Cfg<HS>::DQ_NW, BN = Cfg<HS>::DQ_BN, BM = 16 * NW;
+        constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * NW;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
         auto kern = bwd_dq_kernel<HS, NW, BN>;
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -803,6 +807,12 @@ static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const 
         kern<<<grid, NW * 32, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
         LAUNCH_CHECK();
     }
+}
+template <int HS>
+static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                     float *Dbuf, int B, int T, int NH, cudaStream_t s) {
+    backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN>(dqkv, dout, qkv, out, lse, Dbuf, B,
+                                                                                   T, NH, s);
 }
 
 }  // namespace flash
