@@ -657,7 +657,7 @@ int main(int argc, char **argv) {
            np * sizeof(floatX) * mib, np * sizeof(floatX) * mib, model.master ? np * 4 * mib : 0.0, np * 8 * mib,
            model.act_bytes * mib, model.scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib,
            (device_used_bytes() - used0) * mib);
-    printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, o.lr %g (%s), recompute %d, gelu %s%s\n",
+    printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, lr %g (%s), recompute %d, gelu %s%s\n",
            B, T, accum, o.total_batch, max_steps, o.lr, o.sched_name, recompute, g_fuse_gelu ? "fused" : "separate",
            PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
 
@@ -704,7 +704,7 @@ int main(int argc, char **argv) {
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
         float loss = info[2], norm = info[0];
         if (step - start_step >= 10) { sum_dt += dt; timed_steps++; }  // steady state: from the 11th step on
-        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | o.lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
+        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
                       step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt,
                       100.0 * flops_per_step / dt / GPU_PEAK_FLOPS_BF16);
         if (!isfinite(loss) || !isfinite(norm))

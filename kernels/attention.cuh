@@ -343,12 +343,13 @@ __device__ __forceinline__ void ldsm_Bt(uint32_t *b, const floatX *s, int k0, in
 }
 
 // ---------------------------------------------------------------------------------------
-// forward: one block = BM = 16*NW query rows of one head (each warp 16 rows); key blocks of BN
+// forward: one block = BM = 16*MT*NW query rows of one head (each warp MT tiles of 16 rows,
+// sharing each K/V fragment it reads from shared memory); key blocks of BN
 
-template <int HS, int NW, int BN>
+template <int HS, int NW, int BN, int MT>
 __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, const floatX *qkv, int T, int NH,
                                                      float scale_log2) {
-    constexpr int BM = 16 * NW, NT = NW * 32;
+    constexpr int BM = 16 * MT * NW, NT = NW * 32;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     floatX *sQ = reinterpret_cast<floatX *>(smem_raw);
     floatX *sK = sQ + BM * HS;       // 2 buffers
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
     const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const int q0 = mb * BM;
+    const int q0 = mb * BM, wrow = w * 16 * MT;  // this warp's rows: q0 + wrow + mt*16 + ...
     const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
 
     load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
@@ -365,12 +366,16 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
     load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
     cp_async_commit();
 
-    uint32_t qf[HS / 16][4];
-    float o[HS / 8][4];
+    uint32_t qf[MT][HS / 16][4];
+    float o[MT][HS / 8][4];
+    float mrow[MT][2], lrow[MT][2];
 #pragma unroll
-    for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    const int row_lo = q0 + w * 16 + g;  // this thread's rows: row_lo, row_lo + 8
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        lrow[mt][0] = lrow[mt][1] = 0.0f;
+    }
 
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
@@ -385,90 +390,112 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
         __syncthreads();
         if (n == 0) {
 #pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) ldsm_A<HS>(qf[kk], sQ, w * 16, kk * 16, lane);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HS / 16; kk++) ldsm_A<HS>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
         }
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
-        float s[BN / 8][4];
+        float s[MT][BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
 #pragma unroll
         for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
             for (int kk = 0; kk < HS / 16; kk++) {
                 uint32_t bf[4];
                 ldsm_Bnt<HS>(bf, cK, j * 16, kk * 16, lane);
-                mma16816(s[2 * j], qf[kk], bf[0], bf[1]);
-                mma16816(s[2 * j + 1], qf[kk], bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][2 * j], qf[mt][kk], bf[0], bf[1]);
+                    mma16816(s[mt][2 * j + 1], qf[mt][kk], bf[2], bf[3]);
+                }
             }
         }
         const int k0 = n * BN;
-        if (k0 + BN - 1 > q0 + w * 16) {  // the diagonal crosses this warp's part: mask key > row
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_lo = q0 + wrow + mt * 16 + g;  // rows row_lo, row_lo + 8
+            if (k0 + BN - 1 > q0 + wrow + mt * 16) {  // the diagonal crosses this tile: mask key > row
+#pragma unroll
+                for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int key = k0 + t * 8 + 2 * tig + (e & 1), row = row_lo + (e >> 1) * 8;
+                        if (key > row) s[mt][t][e] = -INFINITY;
+                    }
+            }
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int t = 0; t < BN / 8; t++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[mt][t][0], s[mt][t][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[mt][t][2], s[mt][t][3]));
+            }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float mnew = fmaxf(mrow[mt][r], mx[r] * scale_log2);  // finite: key 0 is seen in block 0
+                alpha[r] = exp2f(mrow[mt][r] - mnew);
+                mrow[mt][r] = mnew;
+                lrow[mt][r] *= alpha[r];
+            }
 #pragma unroll
             for (int t = 0; t < BN / 8; t++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int key = k0 + t * 8 + 2 * tig + (e & 1), row = row_lo + (e >> 1) * 8;
-                    if (key > row) s[t][e] = -INFINITY;
+                    float p = exp2f(s[mt][t][e] * scale_log2 - mrow[mt][e >> 1]);
+                    s[mt][t][e] = p;
+                    lrow[mt][e >> 1] += p;
                 }
-        }
-        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int t = 0; t < BN / 8; t++) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[t][0], s[t][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[t][2], s[t][3]));
-        }
-        float alpha[2], mscaled[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mnew = fmaxf(mrow[r], mx[r] * scale_log2);  // finite: key 0 is seen in block 0
-            alpha[r] = exp2f(mrow[r] - mnew);
-            mrow[r] = mnew;
-            mscaled[r] = mnew;
-            lrow[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int t = 0; t < BN / 8; t++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = exp2f(s[t][e] * scale_log2 - mscaled[e >> 1]);
-                s[t][e] = p;
-                lrow[e >> 1] += p;
+            for (int i = 0; i < HS / 8; i++) {
+                o[mt][i][0] *= alpha[0]; o[mt][i][1] *= alpha[0];
+                o[mt][i][2] *= alpha[1]; o[mt][i][3] *= alpha[1];
             }
-#pragma unroll
-        for (int i = 0; i < HS / 8; i++) {
-            o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-            o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
         }
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
-                              pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int d = 0; d < HS / 16; d++) {
                 uint32_t bf[4];
                 ldsm_Bt<HS>(bf, cV, kk * 16, d * 16, lane);
-                mma16816(o[2 * d], pa, bf[0], bf[1]);
-                mma16816(o[2 * d + 1], pa, bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(o[mt][2 * d], pa[mt], bf[0], bf[1]);
+                    mma16816(o[mt][2 * d + 1], pa[mt], bf[2], bf[3]);
+                }
             }
         }
         __syncthreads();  // this buffer is refilled next iteration
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
-        int row = row_lo + r * 8;
-        if (row < T) {
-            float inv = 1.0f / lrow[r];
-            floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tig;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int i = 0; i < HS / 8; i++)
-                *reinterpret_cast<uint32_t *>(op + i * 8) = pack2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-            if (tig == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(lrow[r])) * 0.69314718055994531f;
+        for (int r = 0; r < 2; r++) {
+            float l = lrow[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            int row = q0 + wrow + mt * 16 + g + r * 8;
+            if (row < T) {
+                float inv = 1.0f / l;
+                floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tig;
+#pragma unroll
+                for (int i = 0; i < HS / 8; i++)
+                    *reinterpret_cast<uint32_t *>(op + i * 8) = pack2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                if (tig == 0) lse[(size_t)bh * T + row] = (mrow[mt][r] + log2f(l)) * 0.69314718055994531f;
+            }
         }
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -642,13 +669,13 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, const f
     }
 }
 
-// backward, step 3: dq. One block = BM = 16*NW queries (each warp 16), walking the key
-// blocks 0.. up to the diagonal in order; recomputes S and dP.
-template <int HS, int NW, int BN>
+// backward, step 3: dq. One block = BM = 16*MT*NW queries (each warp MT tiles of 16),
+// walking the key blocks 0.. up to the diagonal in order; recomputes S and dP.
+template <int HS, int NW, int BN, int MT>
 __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
                                                         const float *lse, const float *D, int T, int NH,
                                                         float scale_log2, float scale) {
-    constexpr int BM = 16 * NW, NT = NW * 32;
+    constexpr int BM = 16 * MT * NW, NT = NW * 32;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     floatX *sQ = reinterpret_cast<floatX *>(smem_raw);
     floatX *sO = sQ + BM * HS;
@@ -659,7 +686,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
     const floatX *ob = dout + (size_t)b * T * C + h * HS;
-    const int q0 = mb * BM;
+    const int q0 = mb * BM, wrow = w * 16 * MT;
     const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
 
     load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
@@ -668,18 +695,21 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
     load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
     cp_async_commit();
 
-    const int row_lo = q0 + w * 16 + g;
-    float lrow[2], drow[2];
+    float lrow[MT][2], drow[MT][2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = row_lo + r * 8;
-        lrow[r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
-        drow[r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
-    }
-    uint32_t qf[HS / 16][4], of[HS / 16][4];
-    float dq[HS / 8][4];
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int i = 0; i < HS / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+        for (int r = 0; r < 2; r++) {
+            int row = q0 + wrow + mt * 16 + g + r * 8;
+            lrow[mt][r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
+            drow[mt][r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+        }
+    uint32_t qf[MT][HS / 16][4], of[MT][HS / 16][4];
+    float dq[MT][HS / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) dq[mt][i][0] = dq[mt][i][1] = dq[mt][i][2] = dq[mt][i][3] = 0.0f;
 
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
@@ -694,84 +724,110 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
         __syncthreads();
         if (n == 0) {
 #pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) {
-                ldsm_A<HS>(qf[kk], sQ, w * 16, kk * 16, lane);
-                ldsm_A<HS>(of[kk], sO, w * 16, kk * 16, lane);
-            }
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HS / 16; kk++) {
+                    ldsm_A<HS>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+                    ldsm_A<HS>(of[mt][kk], sO, wrow + mt * 16, kk * 16, lane);
+                }
         }
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
-        float s[BN / 8][4], dp[BN / 8][4];
+        float s[MT][BN / 8][4], dp[MT][BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+            for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][i][e] = dp[mt][i][e] = 0.0f;
 #pragma unroll
         for (int j = 0; j < BN / 16; j++)
 #pragma unroll
             for (int kk = 0; kk < HS / 16; kk++) {
                 uint32_t bf[4];
                 ldsm_Bnt<HS>(bf, cK, j * 16, kk * 16, lane);
-                mma16816(s[2 * j], qf[kk], bf[0], bf[1]);
-                mma16816(s[2 * j + 1], qf[kk], bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][2 * j], qf[mt][kk], bf[0], bf[1]);
+                    mma16816(s[mt][2 * j + 1], qf[mt][kk], bf[2], bf[3]);
+                }
                 ldsm_Bnt<HS>(bf, cV, j * 16, kk * 16, lane);
-                mma16816(dp[2 * j], of[kk], bf[0], bf[1]);
-                mma16816(dp[2 * j + 1], of[kk], bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(dp[mt][2 * j], of[mt][kk], bf[0], bf[1]);
+                    mma16816(dp[mt][2 * j + 1], of[mt][kk], bf[2], bf[3]);
+                }
             }
         const int k0 = n * BN;
-        const bool need_mask = k0 + BN - 1 > q0 + w * 16;
 #pragma unroll
-        for (int t = 0; t < BN / 8; t++)
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_lo = q0 + wrow + mt * 16 + g;
+            const bool need_mask = k0 + BN - 1 > q0 + wrow + mt * 16;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = exp2f(s[t][e] * scale_log2 - lrow[e >> 1]);
-                if (need_mask && k0 + t * 8 + 2 * tig + (e & 1) > row_lo + (e >> 1) * 8) p = 0.0f;
-                s[t][e] = p * (dp[t][e] - drow[e >> 1]);
-            }
+            for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = exp2f(s[mt][t][e] * scale_log2 - lrow[mt][e >> 1]);
+                    if (need_mask && k0 + t * 8 + 2 * tig + (e & 1) > row_lo + (e >> 1) * 8) p = 0.0f;
+                    s[mt][t][e] = p * (dp[mt][t][e] - drow[mt][e >> 1]);
+                }
+        }
         // dQ += dS K
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
-                              pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int d = 0; d < HS / 16; d++) {
                 uint32_t bf[4];
                 ldsm_Bt<HS>(bf, cK, kk * 16, d * 16, lane);
-                mma16816(dq[2 * d], pa, bf[0], bf[1]);
-                mma16816(dq[2 * d + 1], pa, bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(dq[mt][2 * d], pa[mt], bf[0], bf[1]);
+                    mma16816(dq[mt][2 * d + 1], pa[mt], bf[2], bf[3]);
+                }
             }
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = row_lo + r * 8;
-        if (row < T) {
-            floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HS + 2 * tig;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int i = 0; i < HS / 8; i++)
-                *reinterpret_cast<uint32_t *>(p + i * 8) = pack2(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+        for (int r = 0; r < 2; r++) {
+            int row = q0 + wrow + mt * 16 + g + r * 8;
+            if (row < T) {
+                floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HS + 2 * tig;
+#pragma unroll
+                for (int i = 0; i < HS / 8; i++)
+                    *reinterpret_cast<uint32_t *>(p + i * 8) =
+                        pack2(dq[mt][i][2 * r] * scale, dq[mt][i][2 * r + 1] * scale);
+            }
         }
-    }
 }
 
-// tile shapes per head size
+// tile shapes per head size (hs = 64 picked from the variants timed by dev/bench_attention.py)
 template <int HS> struct Cfg;
 template <> struct Cfg<64> {
-    static constexpr int FWD_NW = 4, FWD_BN = 64;   // 64 queries x 64 keys
-    static constexpr int KV_NW = 8, KV_BM = 64;     // 128 keys x 64 queries
-    static constexpr int DQ_NW = 4, DQ_BN = 64;     // 64 queries x 64 keys
+    static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;  // 64 queries x 64 keys
+    static constexpr int KV_NW = 4, KV_BM = 64;                // 64 keys x 64 queries
+    static constexpr int DQ_NW = 4, DQ_BN = 64, DQ_MT = 1;     // 64 queries x 64 keys
 };
 template <> struct Cfg<128> {
-    static constexpr int FWD_NW = 4, FWD_BN = 64;
+    static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;
     static constexpr int KV_NW = 8, KV_BM = 32;
-    static constexpr int DQ_NW = 4, DQ_BN = 32;
+    static constexpr int DQ_NW = 4, DQ_BN = 32, DQ_MT = 1;
 };
 
-template <int HS, int NW, int BN>
+template <int HS, int NW, int BN, int MT>
 static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    constexpr int BM = 16 * NW;
+    constexpr int BM = 16 * MT * NW;
     size_t smem = (size_t)(BM + 4 * BN) * HS * sizeof(floatX);
-    auto kern = fwd_kernel<HS, NW, BN>;
+    auto kern = fwd_kernel<HS, NW, BN, MT>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(ceil_div(T, BM), B * NH);
     kern<<<grid, NW * 32, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
@@ -779,10 +835,10 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
 }
 template <int HS>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN>(out, lse, qkv, B, T, NH, s);
+    forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }
 
-template <int HS, int KV_NW, int KV_BM, int DQ_NW, int DQ_BN>
+template <int HS, int KV_NW, int KV_BM, int DQ_NW, int DQ_BN, int DQ_MT>
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                          float *Dbuf, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
@@ -799,9 +855,9 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
         LAUNCH_CHECK();
     }
     {
-        constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * NW;
+        constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * DQ_MT * NW;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
-        auto kern = bwd_dq_kernel<HS, NW, BN>;
+        auto kern = bwd_dq_kernel<HS, NW, BN, DQ_MT>;
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         dim3 grid(ceil_div(T, BM), B * NH);
         kern<<<grid, NW * 32, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
@@ -811,8 +867,8 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
 template <int HS>
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                      float *Dbuf, int B, int T, int NH, cudaStream_t s) {
-    backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN>(dqkv, dout, qkv, out, lse, Dbuf, B,
-                                                                                   T, NH, s);
+    backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
+        dqkv, dout, qkv, out, lse, Dbuf, B, T, NH, s);
 }
 
 }  // namespace flash

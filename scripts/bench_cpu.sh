@@ -20,7 +20,8 @@ for v in $variants; do
     bin=./train_gpt2
     [ $v = openblas ] && bin=./build/train_gpt2_blas
     log=build/bench_cpu_$v.log
-    OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads $bin -e d12 -b 4 -t 64 -x $steps -v 0 -s 0 -g 0 > $log
+    policy=; [ $v = openblas ] && policy=PASSIVE  # idle OpenMP threads must not spin against OpenBLAS threads
+    OMP_WAIT_POLICY=${policy:-ACTIVE} OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads $bin -e d12 -b 4 -t 64 -x $steps -v 0 -s 0 -g 0 > $log
     grep '^step' $log | tail -n +2 | awk -F'|' '{print $5, $7}' | sort -n | \
         awk -v v=$v -v t=$threads '{ms[NR]=$1; gf[NR]=$3} END {m=int((NR+1)/2); printf "%-10s %8d %14.3f %10.1f\n", v, t, ms[m]/1000, gf[m]}'
 done

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# scripts/bench_gpu.sh: the GPU speed benchmark of SPEC section 7, for one device call.
+# Runs train_gpt2cu and the PyTorch baseline (dev/train_gpt2_torch.py) one after the other
+# on the same GPU:
+#   GPT-2 124M (d12), B=64, T=1024, bf16: train_gpt2cu at -r 0, 1 and 2, and PyTorch
+#     (torch.compile of the whole model);
+#   GPT-2 350M (d24), T=1024, at the largest B of $D24_BATCHES (default "64 32 16") that
+#     runs: train_gpt2cu at -r 0, PyTorch with --compile blocks (each block compiled once
+#     and shared by all layers: the whole-model compile of 24 layers would not fit the lease).
+# Each run is $STEPS steps (default 30); the figures are the means over steps 11..N (the
+# first 10 hold the compile and warm-up), as both programs print them. Peak memory:
+# train_gpt2cu's own end-of-run line (cudaMemGetInfo, this process), PyTorch's
+# max_memory_reserved (and max_memory_allocated); the maximum of nvidia-smi memory.used
+# sampled every 200 ms during each run is a cross-check (whole GPU, CUDA context included).
+#
+# Run from the repository root on the GPU machine:   scripts/bench_gpu.sh
+# Needs ./train_gpt2cu (built with make train_gpt2cu if absent or unrunnable) and
+# data/tinyshakespeare/*.bin (made with make data if absent). A new run starts only while
+# less than $BUDGET_S seconds (default 210) have passed. Full logs: $OUT (default
+# out/bench_gpu) as all_logs.txt and logs.tar.gz; the table, printed last, is also
+# $OUT/table.txt.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/bench_gpu}
+STEPS=${STEPS:-30}
+BUDGET_S=${BUDGET_S:-210}
+D24_BATCHES=${D24_BATCHES:-"64 32 16"}
+T=1024
+CU=${CU:-./train_gpt2cu}
+mkdir -p "$OUT"
+W=$(mktemp -d)
+START=$(date +%s)
+export PYTHONUNBUFFERED=1
+TABLE="$W/table.tsv"
+printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tpeak device memory\tnvidia-smi max used\n' > "$TABLE"
+
+nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv \
+    > "$W/00_gpu.log" 2>&1
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' >> "$W/00_gpu.log" 2>&1
+cat "$W/00_gpu.log"
+
+if ! $CU -h > /dev/null 2>&1; then
+    echo "./train_gpt2cu missing or does not run here: building it"
+    make train_gpt2cu > "$W/00_build.log" 2>&1 || { echo "build failed"; tail -20 "$W/00_build.log"; }
+fi
+if ! ls data/tinyshakespeare/tiny_shakespeare_train_*.bin > /dev/null 2>&1; then
+    echo "no Tiny Shakespeare shards: make data"
+    make data > "$W/00_data.log" 2>&1 || { echo "make data failed"; tail -20 "$W/00_data.log"; }
+fi
+
+left() { echo $((BUDGET_S - ($(date +%s) - START))); }
+
+# run NAME LIMIT_S CMD...: runs CMD with its output in $W/NAME.log, sampling nvidia-smi
+run() {
+    local name=$1 lim=$2; shift 2
+    local l; l=$(left)
+    [ "$lim" -gt "$l" ] && lim=$l
+    if [ "$lim" -lt 20 ]; then
+        echo "skipped $name: time budget spent" | tee "$W/$name.log"
+        return 99
+    fi
+    echo "== $name (limit ${lim}s): $*"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$W/$name.smi" 2>/dev/null &
+    local smi=$!
+    local t0; t0=$(date +%s)
+    { echo "\$ $*"; timeout "$lim" "$@"; echo "exit status $?"; } > "$W/$name.log" 2>&1
+    local rc; rc=$(tail -1 "$W/$name.log" | awk '{print $3}')
+    kill "$smi" 2> /dev/null; wait "$smi" 2> /dev/null
+    echo "   exit $rc after $(( $(date +%s) - t0 ))s"
+    return "$rc"
+}
+
+smi_max() { sort -n "$W/$1.smi" 2>/dev/null | tail -1 | awk '{print ($1 == "" ? "?" : $1 " MiB")}'; }
+
+# rows from each program's own end-of-run lines
+row_cu() {  # NAME MODEL B
+    local log="$W/$1.log" mean mem
+    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    mean=$(grep -E '^mean over steps' "$log" | tail -1)
+    mem=$(grep -E '^device memory in use at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
+    if [ -z "$mean" ]; then
+        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
+        return
+    fi
+    echo "$mean" | sed -E 's/.*: ([0-9.]+) ms\/step, ([0-9]+) tok\/s, MFU ([0-9.]+)%.*/\1 \2 \3/' | {
+        read -r ms tok mfu
+        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "$mem" "$(smi_max "$1")" >> "$TABLE"
+    }
+}
+row_torch() {  # NAME MODEL B
+    local log="$W/$1.log" s
+    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    s=$(grep -E '^SUMMARY ' "$log" | tail -1 | sed 's/^SUMMARY //')
+    if [ -z "$s" ]; then
+        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
+        return
+    fi
+    echo "$s" | python3 -c 'import json, sys; d = json.load(sys.stdin); print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"], d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d["max_reserved_MiB"], d["max_allocated_MiB"]))' "$1" \
+        | sed "s/\$/\t$(smi_max "$1")/" >> "$TABLE"
+}
+
+CU_COMMON=(-t $T -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant)
+TORCH=(python3 dev/train_gpt2_torch.py --seq-len $T --steps "$STEPS")
+
+# 1. GPT-2 124M, B=64
+for r in 0 1 2; do
+    run "train_gpt2cu_r$r" 60 "$CU" -e d12 -b 64 -r $r "${CU_COMMON[@]}"
+    row_cu "train_gpt2cu_r$r" d12 64
+done
+run pytorch_d12 170 "${TORCH[@]}" --model d12 --batch 64 --compile full
+row_torch pytorch_d12 d12 64
+
+# 2. GPT-2 350M at the largest batch that runs
+for b in $D24_BATCHES; do
+    run "train_gpt2cu_r0_d24_b$b" 60 "$CU" -e d24 -b "$b" -r 0 "${CU_COMMON[@]}"
+    rc=$?
+    row_cu "train_gpt2cu_r0_d24_b$b" d24 "$b"
+    [ $rc = 0 ] || [ $rc = 99 ] && break
+done
+for b in $D24_BATCHES; do
+    run "pytorch_d24_b$b" 150 "${TORCH[@]}" --model d24 --batch "$b" --compile blocks
+    rc=$?
+    row_torch "pytorch_d24_b$b" d24 "$b"
+    [ $rc = 0 ] || [ $rc = 99 ] && break
+done
+
+# logs back (few files: the device tool returns at most 8)
+for f in "$W"/*.log; do echo "######## $(basename "$f")"; cat "$f"; done > "$OUT/all_logs.txt"
+tar czf "$OUT/logs.tar.gz" -C "$W" .
+echo "total $(( $(date +%s) - START ))s"
+echo
+echo "GPU benchmark: mean over steps 11..$STEPS, T=$T, bf16 ($(head -2 "$W/00_gpu.log" | tail -1 | cut -d, -f1))"
+# aligned columns (the GPU machine has no column(1))
+awk -F'\t' '{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n[NR] = NF }
+     END { for (r = 1; r <= NR; r++) { for (i = 1; i <= n[r]; i++) if (i < n[r]) printf("%-" w[i] "s  ", c[r, i]); else print c[r, i] } }' \
+    "$TABLE" | tee "$OUT/table.txt"
