@@ -34,7 +34,7 @@ KERNELS_H = $(wildcard kernels/*.cuh)
         bench-sgemm bench-tokenizer bench-cpu clean
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_%/-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-18s %s\n", $$1, $$2}'
 
 all: cpu $(if $(HAVE_NVCC),cuda)  ## build everything this machine can build
 
