@@ -20,6 +20,9 @@ static inline void cuda_check_impl(cudaError_t e, const char *what, const char *
     if (e != cudaSuccess) {
         fflush(stdout);
         fprintf(stderr, "error: CUDA: %s (%s) at %s:%d\n", cudaGetErrorString(e), what, file, line);
+        if (e == cudaErrorMemoryAllocation)
+            fprintf(stderr, "error: out of device memory: lower -b (and raise -d's accumulation to keep the "
+                            "total batch), or raise -r (recompute more in backward)\n");
         exit(1);
     }
 }
