@@ -2,7 +2,7 @@
 # scripts/bench_gpu.sh: the GPU speed benchmark of SPEC section 7, for one device call.
 # Runs train_gpt2cu and the PyTorch baseline (dev/train_gpt2_torch.py) one after the other
 # on the same GPU:
-#   GPT-2 124M (d12), B=64, T=1024, bf16: train_gpt2cu at -r 0, 1 and 2, and PyTorch
+#   GPT-2 124M (d12), B=64, T=1024, bf16: train_gpt2cu at -r $CU_R (default 0 1 2), and PyTorch
 #     (torch.compile of the whole model);
 #   GPT-2 350M (d24), T=1024, at the largest B of $D24_BATCHES (default "64 32 16") that
 #     runs: train_gpt2cu at -r 0, PyTorch with --compile blocks (each block compiled once
@@ -24,7 +24,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/bench_gpu}
 STEPS=${STEPS:-30}
 BUDGET_S=${BUDGET_S:-210}
-D24_BATCHES=${D24_BATCHES:-"64 32 16"}
+D24_BATCHES=${D24_BATCHES-"64 32 16"}  # set empty to skip d24
+CU_R=${CU_R:-"0 1 2"}                  # recompute levels of train_gpt2cu to time at d12
 T=1024
 CU=${CU:-./train_gpt2cu}
 mkdir -p "$OUT"
@@ -103,7 +104,7 @@ CU_COMMON=(-t $T -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant)
 TORCH=(python3 dev/train_gpt2_torch.py --seq-len $T --steps "$STEPS")
 
 # 1. GPT-2 124M, B=64
-for r in 0 1 2; do
+for r in $CU_R; do
     run "train_gpt2cu_r$r" 60 "$CU" -e d12 -b 64 -r $r "${CU_COMMON[@]}"
     row_cu "train_gpt2cu_r$r" d12 64
 done

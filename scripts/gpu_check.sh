@@ -20,6 +20,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee "
 export PYTHONUNBUFFERED=1
 
 # SKIP_TESTS=1: only the training runs (sections 3 and 4)
+# QUICK=1: tests at the default settings only (no -r variants), then resume and
+#          determinism (section 5); no timing runs, no memory checker
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
 # 1. references
 timeout 120 python3 dev/gpt2_ref.py --layers 2 --heads 4 --channels 128 --max-seq-len 64 --batch 4 --seq-len 32 \
@@ -34,6 +36,7 @@ for prec in bf16 fp32 fp16; do
     for shape in small d12; do
         for extra in "" "-r 1" "-r 2 --fuse-gelu 0"; do
             [ -n "$extra" ] && [ $shape = small ] && continue
+            [ -n "$extra" ] && [ "${QUICK:-0}" = 1 ] && continue
             timeout 120 $exe --ref-dir "$W/ref_$shape" $extra > "$W/t.log" 2>&1
             rc=$?
             { echo "=== $prec $shape $extra (rc=$rc)"; cat "$W/t.log"; } >> "$OUT/tests.log"
@@ -45,6 +48,7 @@ done
 
 fi
 
+if [ "${QUICK:-0}" != 1 ]; then
 # 3. speed and memory: d12, B=64, T=1024, bf16 (the val shard is shorter than one
 # B=64 T=1024 batch, so validation reads the train shard here)
 TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin"
@@ -75,6 +79,8 @@ $BIN/train_gpt2cu $TR -e l4h4c256t256 -b 16 -t 256 -d 4096 -x 5 -l 1e-3 -v 0 -s 
 note "accumulation (B=8 x2 | B=16 x1), step: loss | norm"
 paste -d'#' <(grep '^step' "$W/acc2.log" | awk -F'|' '{print $1 $2 $3}') <(grep '^step' "$W/acc1.log" | awk -F'|' '{print $2 $3}') | tee -a "$SUMMARY"
 
+fi  # QUICK
+
 # 5. resume: 20 straight (checkpoint every 10) vs resume from the step-10 checkpoint
 R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0"
 timeout 120 $BIN/train_gpt2cu $TR $R -o "$W/runA" -n 10 > "$W/A.log" 2>&1
@@ -101,7 +107,7 @@ e=$(grep -E '^step +(1[1-9]|20)/' "$W/E.log" | awk -F'|' '{print $1 $2 $3}')
 for x in A B C D E; do echo "=== run $x"; cat "$W/$x.log"; done > "$OUT/resume.log"
 
 # 6. memory checker on the small test
-if [ "${SKIP_TESTS:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
+if [ "${SKIP_TESTS:-0}" != 1 ] && [ "${QUICK:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
     timeout 150 compute-sanitizer --tool memcheck $BIN/test_gpt2cu --ref-dir "$W/ref_small" > "$OUT/memcheck.log" 2>&1
     note "memcheck small test: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
