@@ -6,18 +6,6 @@
 #define TESTING
 #include "train_gpt2.c"
 
-// max |a - b| over max |ref|: the error measure of SPEC §6
-static double rel_error(const float *a, const float *ref, size_t n, double *max_abs_err) {
-    double err = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (!(d <= err)) err = d;  // NaN propagates
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    if (max_abs_err) *max_abs_err = err;
-    return scale > 0 ? err / scale : err;
-}
-
 int main(int argc, char **argv) {
     const char *dir = "build/ref";
     float logits_tol = 1e-4f, grad_tol = 1e-3f, step_tol = 1e-4f;

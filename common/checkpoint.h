@@ -280,6 +280,19 @@ static inline void debug_state_read(const char *path, const GPT2Config *cfg, Deb
             fatal("%s: token id out of range at position %zu", path, i);
 }
 
+// The error measure of SPEC §6 for comparing a tensor with the reference: max |a - ref|
+// over max |ref| (the max abs error itself in *max_abs_err). A NaN in a propagates.
+static inline double rel_error(const float *a, const float *ref, size_t n, double *max_abs_err) {
+    double err = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (!(d <= err)) err = d;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    if (max_abs_err) *max_abs_err = err;
+    return scale > 0 ? err / scale : err;
+}
+
 static inline void debug_state_free(DebugState *d) {
     free(d->x); free(d->y); free(d->logits); free(d->grads); free(d->losses);
 }
