@@ -24,18 +24,6 @@ static double max_abs(const float *x, size_t n) {
     return m;
 }
 
-// max |a - ref| / max |ref|; NaN in a propagates into the result
-static double rel_error(const float *a, const float *ref, size_t n, double *max_abs_err) {
-    double err = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (!(d <= err)) err = d;
-    }
-    double scale = max_abs(ref, n);
-    if (max_abs_err) *max_abs_err = err;
-    return scale > 0 ? err / scale : err;
-}
-
 // bf16 gradient tolerances. bf16 keeps 8 significant bits (relative rounding 2^-9 = 2e-3
 // per operation); the activations feeding each gradient are rounded several times on the
 // way (each layer's input, the attention scores and probabilities, the dlogits), and a
