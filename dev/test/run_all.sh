@@ -51,6 +51,7 @@ run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
 # data preparation
 run prepro ./dev/test/test_prepro.sh
+run data-scripts ./dev/test/test_data_scripts.sh
 # the PyTorch reference checks itself, then writes the small-shape reference
 run reference-selfcheck $PYTHON_TORCH dev/test/test_gpt2_ref.py
 run reference-small $PYTHON_TORCH dev/gpt2_ref.py --layers 2 --heads 4 --channels 64 --max-seq-len 64 \
