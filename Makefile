@@ -94,13 +94,17 @@ bench-tokenizer: build/tokenize data  ## our tokenizer's MB/s beside tiktoken's
 bench-cpu: train_gpt2 data  ## CPU trainer step time at d12, B=4, T=64
 	./scripts/bench_cpu.sh
 
-cuda: train_gpt2cu test_gpt2cu  ## build the GPU trainer and its test (nvcc)
+cuda: train_gpt2cu test_gpt2cu $(if $(filter FP32,$(PRECISION)),,build/test_attention)  ## build the GPU trainer and its test (nvcc)
 
 train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer
 	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpt2.cu $(NVCC_LIBS)
 
 test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
 	$(NVCC) $(NVCC_FLAGS) -o $@ test_gpt2.cu $(NVCC_LIBS)
+
+build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/common.cuh  ## flash attention vs an fp32 reference, and its benchmark (GPU)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
 clean:  ## remove build outputs (keeps data/)
 	rm -rf build train_gpt2 test_gpt2 prepro train_gpt2cu test_gpt2cu

@@ -82,6 +82,14 @@ static void prof_collect(int count) {
     if (count) g_prof.steps++;
     g_prof.n = 0;
 }
+// -f: 1 flash attention, 0 plain attention, -1 (default) flash where it exists: the bf16
+// and fp16 builds, head sizes 64 and 128.
+#define FLASH_AUTO (-1)
+static int flash_supported(const GPT2Config *c) {
+    int hs = c->channels / c->num_heads;
+    return PRECISION != PRECISION_FP32 && (hs == 64 || hs == 128);
+}
+
 #define PROF(cat, call) do { prof_begin(s); call; prof_end(cat, s); } while (0)
 
 // ----------------------------------------------------------------------------
@@ -96,7 +104,9 @@ typedef struct {
     float *lnf_mean, *lnf_rstd, *losses;
     // backward scratch, reused by every layer
     floatX *dresidual, *dln, *datty, *dfch, *dqkv;
-    floatX *attn_scratch;
+    floatX *attn_scratch;  // plain attention's permuted q, k, v (NULL with flash attention)
+    float *lse;            // flash attention: per layer log-sum-exp (L, B, NH, T) (NULL without)
+    float *flash_scratch;  // flash attention backward: rowsum(dout * out) (B, NH, T)
     float *fscratch;  // fp32 partial sums (layernorm, bias, norm)
 } Activations;
 
@@ -109,6 +119,7 @@ typedef struct {
     float *m, *v;                               // AdamW moments
     float *info;                                // device: [0] grad norm, [1] clip factor, [2] loss, [3] val loss
     int B, T, recompute;                        // activation capacity and recompute level
+    int flash;                                  // 1: flash attention (see gpt2_build)
     float loss_scale;                           // S: backward computes d(S * loss); 1 unless fp16
     int loss_scale_good_steps;                  // steps since S last changed
     Activations acts;
@@ -178,7 +189,9 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
 
 // Allocates everything on the device for micro-batches of up to (B, T) and uploads the
 // parameters. use_master: keep fp32 master weights (bf16 build only).
-static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int recompute, int use_master) {
+// flash: 1 = flash attention (bf16/fp16 builds; no T x T matrix kept), 0 = the plain
+// attention that stores the softmax matrix.
+static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int recompute, int use_master, int flash) {
     const GPT2Config *c = &model->config;
     gpt2_setup_layout(model);
     size_t n = model->num_params;
@@ -216,12 +229,20 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     model->B = B;
     model->T = T;
     model->recompute = recompute;
+    model->flash = flash;
     model->loss_scale = PRECISION == PRECISION_FP16 ? LOSS_SCALE_INIT : 1.0f;
     model->loss_scale_good_steps = 0;
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
     size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L;
     size_t attn_elems = attention_backward_scratch_elems(B, T, (int)C, (int)NH);
     if (attention_forward_scratch_elems(B, T, (int)C) > attn_elems) attn_elems = attention_forward_scratch_elems(B, T, (int)C);
+    size_t att_bytes = L * (size_t)B * NH * T * T * sizeof(floatX), lse_bytes = 0, flash_scratch_bytes = 0;
+    if (flash) {
+        att_bytes = 0;
+        attn_elems = 0;
+        lse_bytes = L * (size_t)B * NH * T * sizeof(float);
+        flash_scratch_bytes = flash_attention_backward_scratch_elems(B, T, (int)NH) * sizeof(float);
+    }
     size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
     if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
     if ((size_t)NORM_BLOCKS > fscratch) fscratch = NORM_BLOCKS;
@@ -231,7 +252,8 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         {(void **)&model->acts.ln1_mean, L * BT * sizeof(float)},
         {(void **)&model->acts.ln1_rstd, L * BT * sizeof(float)},
         {(void **)&model->acts.qkv, L * BT * 3 * C * sizeof(floatX)},
-        {(void **)&model->acts.att, L * (size_t)B * NH * T * T * sizeof(floatX)},
+        {(void **)&model->acts.att, att_bytes},
+        {(void **)&model->acts.lse, lse_bytes},
         {(void **)&model->acts.atty, L * BT * C * sizeof(floatX)},
         {(void **)&model->acts.residual2, L * BT * C * sizeof(floatX)},
         {(void **)&model->acts.ln2, Lln * BT * C * sizeof(floatX)},
@@ -255,12 +277,15 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         {(void **)&model->acts.dfch, BT * 4 * C * sizeof(floatX)},
         {(void **)&model->acts.dqkv, BT * 3 * C * sizeof(floatX)},
         {(void **)&model->acts.attn_scratch, attn_elems * sizeof(floatX)},
+        {(void **)&model->acts.flash_scratch, flash_scratch_bytes},
         {(void **)&model->acts.fscratch, fscratch * sizeof(float)},
     };
-    const int first_scratch = 21;
+    const int first_scratch = 22;
     model->act_bytes = model->scratch_bytes = 0;
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         size_t bytes = (plan[i].bytes + 255) / 256 * 256;
+        *plan[i].ptr = NULL;
+        if (bytes == 0) continue;  // not used in this configuration
         CUDA_CHECK(cudaMalloc(plan[i].ptr, bytes));
         if (i < first_scratch) model->act_bytes += bytes;
         else model->scratch_bytes += bytes;
@@ -281,7 +306,7 @@ static void gpt2_free(GPT2 *model) {
     void *ptrs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty, a->residual2, a->ln2, a->ln2_mean,
                     a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->encoded, a->attproj, a->fcproj, a->lnf,
                     a->lnf_mean, a->lnf_rstd, a->logits, a->losses, a->dresidual, a->dln, a->datty, a->dfch,
-                    a->dqkv, a->attn_scratch, a->fscratch, model->params, model->grads, model->master, model->m,
+                    a->dqkv, a->attn_scratch, a->lse, a->flash_scratch, a->fscratch, model->params, model->grads, model->master, model->m,
                     model->v, model->info, model->d_io};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
     for (int i = 0; i < 2; i++) { cudaFreeHost(model->h_io[i]); cudaEventDestroy(model->io_done[i]); }
@@ -337,7 +362,8 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
         const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * cap * C;
 
         PROF(PH_MATMUL, matmul_forward(qkv, NULL, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, (int)N, C, 3 * C, s));
-        PROF(PH_ATTENTION, attention_forward(atty, att, qkv, a->attn_scratch, B, T, C, NH, s));
+        if (model->flash) PROF(PH_ATTENTION, flash_attention_forward(atty, a->lse + (size_t)l * model->B * NH * T, qkv, B, T, C, NH, s));
+        else PROF(PH_ATTENTION, attention_forward(atty, att, qkv, a->attn_scratch, B, T, C, NH, s));
         PROF(PH_MATMUL, matmul_forward(a->attproj, NULL, atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, (int)N, C, C, s));
         PROF(PH_LAYERNORM, fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * cap, a->ln2_rstd + l * cap, residual,
                                          a->attproj, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
@@ -416,7 +442,10 @@ static void gpt2_backward(GPT2 *model) {
         if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)N, C, s));
         PROF(PH_MATMUL, matmul_backward(a->datty, g[P_ATTPROJW] + (size_t)l * C * C, g[P_ATTPROJB] + l * C, fs, a->dresidual, atty,
                         p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C, s));
-        PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
+        if (model->flash)
+            PROF(PH_ATTENTION, flash_attention_backward(a->dqkv, a->datty, qkv, atty, a->lse + (size_t)l * B * NH * T,
+                                                        a->flash_scratch, B, T, C, NH, s));
+        else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
         PROF(PH_MATMUL, matmul_backward(a->dln, g[P_QKVW] + (size_t)l * 3 * C * C, g[P_QKVB] + l * 3 * C, fs, a->dqkv, ln1,
                         p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
         PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, fs, a->dln, residual, p[P_LN1W] + l * C,
@@ -589,12 +618,12 @@ static size_t device_used_bytes(void) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
-    int recompute = 1, flash = 0, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
+    int recompute = 1, flash = FLASH_AUTO, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
     float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
     ArgSpec specs[TRAIN_OPTIONS_COUNT + 8];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
-    specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (not implemented yet; 0 only)");
+    specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T matrix, -1: flash where supported");
     specs[nspecs++] = arg_spec("-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)");
     specs[nspecs++] = arg_spec("-z", "--zero-stage", ARG_INT, &zero_stage, "ZeRO stage (single GPU: 0 only for now)");
     specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
@@ -608,7 +637,8 @@ int main(int argc, char **argv) {
     train_options_validate(&o);
     const int B = o.B, T = o.T;
     if (recompute < 0 || recompute > 2) fatal("-r (recompute) must be 0, 1 or 2, got %d", recompute);
-    if (flash != 0) fatal("-f 1: flash attention is not implemented yet in this build; use -f 0");
+    if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
+    if (flash == 1 && PRECISION == PRECISION_FP32) fatal("-f 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use -f 0");
     if (master_weights != 0 && master_weights != 1) fatal("-w must be 0 or 1");
     if (zero_stage != 0) fatal("-z %d: ZeRO needs several GPUs (multi-GPU is not implemented yet); use -z 0", zero_stage);
     if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
@@ -619,6 +649,10 @@ int main(int argc, char **argv) {
     GPT2Config cfg;
     float *host_params = gpt2_params_from_model_arg(o.model_arg, T, (uint64_t)o.seed, &cfg);
     model.config = cfg;
+    if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
+    if (flash && !flash_supported(&cfg))
+        fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use -f 0", o.model_arg,
+              cfg.channels / cfg.num_heads);
     if (cfg.channels % 8 || (cfg.channels / cfg.num_heads) % 8)
         fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
@@ -643,7 +677,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     size_t used0 = device_used_bytes();
     g_fuse_gelu = fuse_gelu;
-    gpt2_build(&model, host_params, B, T, recompute, master_weights);
+    gpt2_build(&model, host_params, B, T, recompute, master_weights, flash);
     free(host_params);
 
     double mib = 1.0 / (1024.0 * 1024.0);

@@ -247,3 +247,734 @@ static void attention_backward(floatX *dqkv, const floatX *dout, const floatX *q
     attention_unpermute_qkv_kernel<<<ceil_div(n / X128::size, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
     LAUNCH_CHECK();
 }
+
+// ===========================================================================================
+// Flash attention (bf16 / fp16 builds only): fused causal attention that never stores the
+// (T, T) matrix. Tensor-core mma.sync m16n8k16 (fp32 accumulation) fed by ldmatrix from
+// XOR-swizzled shared-memory tiles loaded with cp.async; online softmax in the forward; the
+// backward recomputes P from q, k and the forward's log-sum-exp (FlashAttention-2 scheme).
+//   forward:  out (B, T, C), lse (B, NH, T) fp32 (natural log of the row sums of exp(s))
+//   backward: dqkv (B, T, 3C), written entirely (no accumulation into it)
+// The backward is deterministic (and there is no other mode): dk, dv come from one kernel
+// that owns a block of keys and walks the query blocks; dq from a second kernel that owns a
+// block of queries and walks the key blocks (recomputing S and dP there: 7 matrix products
+// instead of 5, but no atomics and a fixed summation order). scratch holds D = rowsum(dO*O).
+// Head size 64 or 128. The FP32 build keeps the old path: these launchers exit there.
+// ===========================================================================================
+
+static size_t flash_attention_backward_scratch_elems(int B, int T, int NH) { return (size_t)B * NH * T; }
+
+#if PRECISION != PRECISION_FP32
+
+namespace flash {
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const floatX *p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const floatX *p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+// d (16x8 fp32) += a (16x16, row) * b (16x8, col)
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+#if PRECISION == PRECISION_BF16
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+// 2^x. FLASH_FAST_EXP2=1: straight through the hardware unit (ex2.approx.ftz: about 2 ulp,
+// denormal results flushed to 0, 2^-inf = 0); 0 (default, the variant measured on the
+// device so far): exp2f.
+#ifndef FLASH_FAST_EXP2
+#define FLASH_FAST_EXP2 0
+#endif
+__device__ __forceinline__ float fast_exp2(float x) {
+#if FLASH_FAST_EXP2
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+#if PRECISION == PRECISION_BF16
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+#else
+    __half2 v = __floats2half2_rn(lo, hi);
+#endif
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// Tiles in shared memory: ROWS x HS floatX, row-major, the 16-byte chunk c of row r stored at
+// chunk position c ^ (r & 7), so that the 8 rows one ldmatrix reads fall in different banks.
+template <int HS>
+__device__ __forceinline__ const floatX *tile_at(const floatX *s, int r, int chunk) {
+    return s + r * HS + ((chunk ^ (r & 7)) << 3);
+}
+// rows row0.. of a (T, stride) global matrix; rows >= T are zero-filled
+template <int ROWS, int HS, int NT>
+__device__ __forceinline__ void load_tile(floatX *s, const floatX *g, int row0, int stride, int T) {
+    constexpr int CH = HS / 8;
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CH; i += NT) {
+        int r = i / CH, c = i % CH;
+        bool ok = row0 + r < T;
+        const floatX *src = ok ? g + (size_t)(row0 + r) * stride + c * 8 : g;
+        cp_async16(s + r * HS + ((c ^ (r & 7)) << 3), src, ok);
+    }
+}
+// A fragment (16x16) at rows m0.., cols k0.. of a row-major tile
+template <int HS>
+__device__ __forceinline__ void ldsm_A(uint32_t *a, const floatX *s, int m0, int k0, int lane) {
+    ldsm_x4(a, tile_at<HS>(s, m0 + (lane & 15), (k0 >> 3) + (lane >> 4)));
+}
+// B fragments of two n8 tiles (n0.., n0+8..) for k16 at k0, B = X^T with X row-major [n][k]
+template <int HS>
+__device__ __forceinline__ void ldsm_Bnt(uint32_t *b, const floatX *s, int n0, int k0, int lane) {
+    ldsm_x4(b, tile_at<HS>(s, n0 + (lane & 7) + ((lane >> 4) << 3), (k0 >> 3) + ((lane >> 3) & 1)));
+}
+// the same with B = X, X row-major [k][n]
+template <int HS>
+__device__ __forceinline__ void ldsm_Bt(uint32_t *b, const floatX *s, int k0, int n0, int lane) {
+    ldsm_x4_t(b, tile_at<HS>(s, k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
+}
+
+// ---------------------------------------------------------------------------------------
+// forward: one block = BM = 16*MT*NW query rows of one head (each warp MT tiles of 16 rows,
+// sharing each K/V fragment it reads from shared memory); key blocks of BN
+
+template <int HS, int NW, int BN, int MT>
+__global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, const floatX *qkv, int T, int NH,
+                                                     float scale_log2) {
+    constexpr int BM = 16 * MT * NW, NT = NW * 32;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    floatX *sQ = reinterpret_cast<floatX *>(smem_raw);
+    floatX *sK = sQ + BM * HS;       // 2 buffers
+    floatX *sV = sK + 2 * BN * HS;   // 2 buffers
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const int q0 = mb * BM, wrow = w * 16 * MT;  // this warp's rows: q0 + wrow + mt*16 + ...
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+
+    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
+    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
+    cp_async_commit();
+
+    uint32_t qf[MT][HS / 16][4];
+    float o[MT][HS / 8][4];
+    float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        lrow[mt][0] = lrow[mt][1] = 0.0f;
+    }
+
+    for (int n = 0; n < nblocks; n++) {
+        const int buf = n & 1;
+        if (n + 1 < nblocks) {
+            load_tile<BN, HS, NT>(sK + (buf ^ 1) * BN * HS, kb, (n + 1) * BN, 3 * C, T);
+            load_tile<BN, HS, NT>(sV + (buf ^ 1) * BN * HS, vb, (n + 1) * BN, 3 * C, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (n == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HS / 16; kk++) ldsm_A<HS>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+        }
+        const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
+        float s[MT][BN / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BN / 16; j++) {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                uint32_t bf[4];
+                ldsm_Bnt<HS>(bf, cK, j * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][2 * j], qf[mt][kk], bf[0], bf[1]);
+                    mma16816(s[mt][2 * j + 1], qf[mt][kk], bf[2], bf[3]);
+                }
+            }
+        }
+        const int k0 = n * BN;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_lo = q0 + wrow + mt * 16 + g;  // rows row_lo, row_lo + 8
+            if (k0 + BN - 1 > q0 + wrow + mt * 16) {  // the diagonal crosses this tile: mask key > row
+#pragma unroll
+                for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int key = k0 + t * 8 + 2 * tig + (e & 1), row = row_lo + (e >> 1) * 8;
+                        if (key > row) s[mt][t][e] = -INFINITY;
+                    }
+            }
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int t = 0; t < BN / 8; t++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[mt][t][0], s[mt][t][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[mt][t][2], s[mt][t][3]));
+            }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float mnew = fmaxf(mrow[mt][r], mx[r] * scale_log2);  // finite: key 0 is seen in block 0
+                alpha[r] = fast_exp2(mrow[mt][r] - mnew);
+                mrow[mt][r] = mnew;
+                lrow[mt][r] *= alpha[r];
+            }
+#pragma unroll
+            for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = fast_exp2(s[mt][t][e] * scale_log2 - mrow[mt][e >> 1]);
+                    s[mt][t][e] = p;
+                    lrow[mt][e >> 1] += p;
+                }
+#pragma unroll
+            for (int i = 0; i < HS / 8; i++) {
+                o[mt][i][0] *= alpha[0]; o[mt][i][1] *= alpha[0];
+                o[mt][i][2] *= alpha[1]; o[mt][i][3] *= alpha[1];
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int d = 0; d < HS / 16; d++) {
+                uint32_t bf[4];
+                ldsm_Bt<HS>(bf, cV, kk * 16, d * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(o[mt][2 * d], pa[mt], bf[0], bf[1]);
+                    mma16816(o[mt][2 * d + 1], pa[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads();  // this buffer is refilled next iteration
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float l = lrow[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            int row = q0 + wrow + mt * 16 + g + r * 8;
+            if (row < T) {
+                float inv = 1.0f / l;
+                floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tig;
+#pragma unroll
+                for (int i = 0; i < HS / 8; i++)
+                    *reinterpret_cast<uint32_t *>(op + i * 8) = pack2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+                if (tig == 0) lse[(size_t)bh * T + row] = (mrow[mt][r] + log2f(l)) * 0.69314718055994531f;
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------
+// backward, step 1: D = rowsum(dout * out) per (b, h, t), fp32; one warp per row
+template <int HS>
+__global__ void bwd_dot_kernel(float *D, const floatX *dout, const floatX *out, int B, int T, int NH) {
+    int lane = threadIdx.x & 31;
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
+    if (row >= (long)B * NH * T) return;
+    int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((long)T * NH));
+    size_t base = ((size_t)b * T + t) * NH * HS + h * HS;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = lane * 2; i < HS; i += 64)
+        acc += to_float(dout[base + i]) * to_float(out[base + i]) + to_float(dout[base + i + 1]) * to_float(out[base + i + 1]);
+    acc = warp_sum(acc);
+    if (lane == 0) D[row] = acc;
+}
+
+// backward, step 2: dk, dv. One block = BN = 16*KT*NW keys of one head (each warp KT tiles
+// of 16 keys, sharing each Q / dO fragment it reads), walking the query blocks (BM rows) from
+// the diagonal to the end; all in fixed order.
+template <int HS, int NW, int BM, int KT>
+__global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                          const float *lse, const float *D, int T, int NH,
+                                                          float scale_log2, float scale) {
+    constexpr int BN = 16 * KT * NW, NT = NW * 32;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    floatX *sK = reinterpret_cast<floatX *>(smem_raw);
+    floatX *sV = sK + BN * HS;
+    floatX *sQ = sV + BN * HS;       // 2 buffers
+    floatX *sO = sQ + 2 * BM * HS;   // dout, 2 buffers
+    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse * log2(e), 2 buffers
+    float *sD = sL + 2 * BM;                                   // D, 2 buffers
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+    const int nb = blockIdx.x;  // key block 0 has the most work: first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *ob = dout + (size_t)b * T * C + h * HS;
+    const float *lb = lse + (size_t)bh * T, *db = D + (size_t)bh * T;
+    const int k0 = nb * BN, wkey = w * 16 * KT;  // this warp's keys: k0 + wkey + kt*16 + ...
+    const int mstart = k0 / BM, mend = (T + BM - 1) / BM;
+
+    load_tile<BN, HS, NT>(sK, kb, k0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, k0, 3 * C, T);
+    load_tile<BM, HS, NT>(sQ, qb, mstart * BM, 3 * C, T);
+    load_tile<BM, HS, NT>(sO, ob, mstart * BM, C, T);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < BM; i += NT) {
+        int q = mstart * BM + i;
+        sL[i] = q < T ? lb[q] * 1.4426950408889634f : INFINITY;
+        sD[i] = q < T ? db[q] : 0.0f;
+    }
+
+    float dk[KT][HS / 8][4], dv[KT][HS / 8][4];
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[kt][i][e] = dv[kt][i][e] = 0.0f;
+
+    for (int m = mstart; m < mend; m++) {
+        const int buf = (m - mstart) & 1;
+        if (m + 1 < mend) {
+            int nq0 = (m + 1) * BM;
+            load_tile<BM, HS, NT>(sQ + (buf ^ 1) * BM * HS, qb, nq0, 3 * C, T);
+            load_tile<BM, HS, NT>(sO + (buf ^ 1) * BM * HS, ob, nq0, C, T);
+            cp_async_commit();
+            for (int i = threadIdx.x; i < BM; i += NT) {
+                int q = nq0 + i;
+                sL[(buf ^ 1) * BM + i] = q < T ? lb[q] * 1.4426950408889634f : INFINITY;
+                sD[(buf ^ 1) * BM + i] = q < T ? db[q] : 0.0f;
+            }
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const floatX *cQ = sQ + buf * BM * HS, *cO = sO + buf * BM * HS;
+        const float *cL = sL + buf * BM, *cD = sD + buf * BM;
+        const int q0 = m * BM;
+        // S^T = K Q^T (16 keys x BM queries per key tile)
+        float st[KT][BM / 8][4];
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int i = 0; i < BM / 8; i++) st[kt][i][0] = st[kt][i][1] = st[kt][i][2] = st[kt][i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            uint32_t kf[KT][4];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) ldsm_A<HS>(kf[kt], sK, wkey + kt * 16, kk * 16, lane);
+#pragma unroll
+            for (int j = 0; j < BM / 16; j++) {
+                uint32_t bf[4];
+                ldsm_Bnt<HS>(bf, cQ, j * 16, kk * 16, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16816(st[kt][2 * j], kf[kt], bf[0], bf[1]);
+                    mma16816(st[kt][2 * j + 1], kf[kt], bf[2], bf[3]);
+                }
+            }
+        }
+        // P^T
+        const bool need_mask = k0 + BN - 1 > q0;
+#pragma unroll
+        for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+            for (int t = 0; t < BM / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int ql = t * 8 + 2 * tig + (e & 1);
+                    float p = fast_exp2(st[kt][t][e] * scale_log2 - cL[ql]);
+                    if (need_mask && k0 + wkey + kt * 16 + g + (e >> 1) * 8 > q0 + ql) p = 0.0f;
+                    st[kt][t][e] = p;
+                }
+        // dV += P^T dO
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t pa[KT][4];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) {
+                pa[kt][0] = pack2(st[kt][2 * kk][0], st[kt][2 * kk][1]);
+                pa[kt][1] = pack2(st[kt][2 * kk][2], st[kt][2 * kk][3]);
+                pa[kt][2] = pack2(st[kt][2 * kk + 1][0], st[kt][2 * kk + 1][1]);
+                pa[kt][3] = pack2(st[kt][2 * kk + 1][2], st[kt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int d = 0; d < HS / 16; d++) {
+                uint32_t bf[4];
+                ldsm_Bt<HS>(bf, cO, kk * 16, d * 16, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16816(dv[kt][2 * d], pa[kt], bf[0], bf[1]);
+                    mma16816(dv[kt][2 * d + 1], pa[kt], bf[2], bf[3]);
+                }
+            }
+        }
+        // dP^T = V dO^T, then dS^T = P^T * (dP^T - D) in place of P^T
+        {
+            float dpt[KT][BM / 8][4];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+                for (int i = 0; i < BM / 8; i++) dpt[kt][i][0] = dpt[kt][i][1] = dpt[kt][i][2] = dpt[kt][i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                uint32_t vf[KT][4];
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) ldsm_A<HS>(vf[kt], sV, wkey + kt * 16, kk * 16, lane);
+#pragma unroll
+                for (int j = 0; j < BM / 16; j++) {
+                    uint32_t bf[4];
+                    ldsm_Bnt<HS>(bf, cO, j * 16, kk * 16, lane);
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++) {
+                        mma16816(dpt[kt][2 * j], vf[kt], bf[0], bf[1]);
+                        mma16816(dpt[kt][2 * j + 1], vf[kt], bf[2], bf[3]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+                for (int t = 0; t < BM / 8; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) st[kt][t][e] *= dpt[kt][t][e] - cD[t * 8 + 2 * tig + (e & 1)];
+        }
+        // dK += dS^T Q
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t pa[KT][4];
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++) {
+                pa[kt][0] = pack2(st[kt][2 * kk][0], st[kt][2 * kk][1]);
+                pa[kt][1] = pack2(st[kt][2 * kk][2], st[kt][2 * kk][3]);
+                pa[kt][2] = pack2(st[kt][2 * kk + 1][0], st[kt][2 * kk + 1][1]);
+                pa[kt][3] = pack2(st[kt][2 * kk + 1][2], st[kt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int d = 0; d < HS / 16; d++) {
+                uint32_t bf[4];
+                ldsm_Bt<HS>(bf, cQ, kk * 16, d * 16, lane);
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+                    mma16816(dk[kt][2 * d], pa[kt], bf[0], bf[1]);
+                    mma16816(dk[kt][2 * d + 1], pa[kt], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int key = k0 + wkey + kt * 16 + g + r * 8;
+            if (key < T) {
+                floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HS + 2 * tig;
+#pragma unroll
+                for (int i = 0; i < HS / 8; i++) {
+                    *reinterpret_cast<uint32_t *>(p + i * 8) = pack2(dk[kt][i][2 * r] * scale, dk[kt][i][2 * r + 1] * scale);
+                    *reinterpret_cast<uint32_t *>(p + C + i * 8) = pack2(dv[kt][i][2 * r], dv[kt][i][2 * r + 1]);
+                }
+            }
+        }
+}
+
+// backward, step 3: dq. One block = BM = 16*MT*NW queries (each warp MT tiles of 16),
+// walking the key blocks 0.. up to the diagonal in order; recomputes S and dP.
+template <int HS, int NW, int BN, int MT>
+__global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                        const float *lse, const float *D, int T, int NH,
+                                                        float scale_log2, float scale) {
+    constexpr int BM = 16 * MT * NW, NT = NW * 32;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    floatX *sQ = reinterpret_cast<floatX *>(smem_raw);
+    floatX *sO = sQ + BM * HS;
+    floatX *sK = sO + BM * HS;       // 2 buffers
+    floatX *sV = sK + 2 * BN * HS;   // 2 buffers
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+    const int mb = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *ob = dout + (size_t)b * T * C + h * HS;
+    const int q0 = mb * BM, wrow = w * 16 * MT;
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+
+    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
+    load_tile<BM, HS, NT>(sO, ob, q0, C, T);
+    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
+    cp_async_commit();
+
+    float lrow[MT][2], drow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = q0 + wrow + mt * 16 + g + r * 8;
+            lrow[mt][r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
+            drow[mt][r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+        }
+    uint32_t qf[MT][HS / 16][4], of[MT][HS / 16][4];
+    float dq[MT][HS / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) dq[mt][i][0] = dq[mt][i][1] = dq[mt][i][2] = dq[mt][i][3] = 0.0f;
+
+    for (int n = 0; n < nblocks; n++) {
+        const int buf = n & 1;
+        if (n + 1 < nblocks) {
+            load_tile<BN, HS, NT>(sK + (buf ^ 1) * BN * HS, kb, (n + 1) * BN, 3 * C, T);
+            load_tile<BN, HS, NT>(sV + (buf ^ 1) * BN * HS, vb, (n + 1) * BN, 3 * C, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (n == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HS / 16; kk++) {
+                    ldsm_A<HS>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+                    ldsm_A<HS>(of[mt][kk], sO, wrow + mt * 16, kk * 16, lane);
+                }
+        }
+        const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
+        float s[MT][BN / 8][4], dp[MT][BN / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][i][e] = dp[mt][i][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BN / 16; j++)
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                uint32_t bf[4];
+                ldsm_Bnt<HS>(bf, cK, j * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][2 * j], qf[mt][kk], bf[0], bf[1]);
+                    mma16816(s[mt][2 * j + 1], qf[mt][kk], bf[2], bf[3]);
+                }
+                ldsm_Bnt<HS>(bf, cV, j * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(dp[mt][2 * j], of[mt][kk], bf[0], bf[1]);
+                    mma16816(dp[mt][2 * j + 1], of[mt][kk], bf[2], bf[3]);
+                }
+            }
+        const int k0 = n * BN;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int row_lo = q0 + wrow + mt * 16 + g;
+            const bool need_mask = k0 + BN - 1 > q0 + wrow + mt * 16;
+#pragma unroll
+            for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = fast_exp2(s[mt][t][e] * scale_log2 - lrow[mt][e >> 1]);
+                    if (need_mask && k0 + t * 8 + 2 * tig + (e & 1) > row_lo + (e >> 1) * 8) p = 0.0f;
+                    s[mt][t][e] = p * (dp[mt][t][e] - drow[mt][e >> 1]);
+                }
+        }
+        // dQ += dS K
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int d = 0; d < HS / 16; d++) {
+                uint32_t bf[4];
+                ldsm_Bt<HS>(bf, cK, kk * 16, d * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(dq[mt][2 * d], pa[mt], bf[0], bf[1]);
+                    mma16816(dq[mt][2 * d + 1], pa[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int row = q0 + wrow + mt * 16 + g + r * 8;
+            if (row < T) {
+                floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HS + 2 * tig;
+#pragma unroll
+                for (int i = 0; i < HS / 8; i++)
+                    *reinterpret_cast<uint32_t *>(p + i * 8) =
+                        pack2(dq[mt][i][2 * r] * scale, dq[mt][i][2 * r + 1] * scale);
+            }
+        }
+}
+
+// tile shapes per head size (hs = 64 picked from the variants timed by dev/bench_attention.py)
+template <int HS> struct Cfg;
+template <> struct Cfg<64> {
+    static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;  // 64 queries x 64 keys
+    static constexpr int KV_NW = 4, KV_BM = 64, KV_KT = 1;     // 64 keys x 64 queries
+    static constexpr int DQ_NW = 4, DQ_BN = 64, DQ_MT = 1;     // 64 queries x 64 keys
+};
+template <> struct Cfg<128> {
+    static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;
+    static constexpr int KV_NW = 8, KV_BM = 32, KV_KT = 1;
+    static constexpr int DQ_NW = 4, DQ_BN = 32, DQ_MT = 1;
+};
+
+template <int HS, int NW, int BN, int MT>
+static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    constexpr int BM = 16 * MT * NW;
+    size_t smem = (size_t)(BM + 4 * BN) * HS * sizeof(floatX);
+    auto kern = fwd_kernel<HS, NW, BN, MT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(ceil_div(T, BM), B * NH);
+    kern<<<grid, NW * 32, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
+    LAUNCH_CHECK();
+}
+template <int HS>
+static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
+}
+
+// 1: the backward's dq kernel runs on a side stream beside the dk/dv kernel (created on
+// first use, on the current device; not yet run on the device); 0 (default): both on the
+// caller's stream
+static int g_overlap = 0;
+static cudaStream_t g_side = NULL;
+static cudaEvent_t g_fork, g_join;
+
+template <int HS, int KV_NW, int KV_BM, int KV_KT, int DQ_NW, int DQ_BN, int DQ_MT>
+static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                         float *Dbuf, int B, int T, int NH, cudaStream_t s) {
+    float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
+    long rows = (long)B * NH * T;
+    bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
+    LAUNCH_CHECK();
+    {
+        // dq runs beside dk/dv on a side stream (fork/join through events; each kernel writes
+        // its own part of dqkv, so the result does not depend on the overlap)
+        cudaStream_t sd = s;
+        if (g_overlap) {
+            if (!g_side) {
+                CUDA_CHECK(cudaStreamCreateWithFlags(&g_side, cudaStreamNonBlocking));
+                CUDA_CHECK(cudaEventCreateWithFlags(&g_fork, cudaEventDisableTiming));
+                CUDA_CHECK(cudaEventCreateWithFlags(&g_join, cudaEventDisableTiming));
+            }
+            CUDA_CHECK(cudaEventRecord(g_fork, s));
+            CUDA_CHECK(cudaStreamWaitEvent(g_side, g_fork, 0));
+            sd = g_side;
+        }
+        constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * DQ_MT * NW;
+        size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
+        auto kern = bwd_dq_kernel<HS, NW, BN, DQ_MT>;
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dim3 grid(ceil_div(T, BM), B * NH);
+        kern<<<grid, NW * 32, smem, sd>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+        LAUNCH_CHECK();
+    }
+    {
+        constexpr int NW = KV_NW, BM = KV_BM, BN = 16 * KV_KT * NW;
+        size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float);
+        auto kern = bwd_dkdv_kernel<HS, NW, BM, KV_KT>;
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dim3 grid(ceil_div(T, BN), B * NH);
+        kern<<<grid, NW * 32, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+        LAUNCH_CHECK();
+    }
+    if (g_overlap) {
+        CUDA_CHECK(cudaEventRecord(g_join, g_side));
+        CUDA_CHECK(cudaStreamWaitEvent(s, g_join, 0));
+    }
+}
+template <int HS>
+static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                     float *Dbuf, int B, int T, int NH, cudaStream_t s) {
+    backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
+        dqkv, dout, qkv, out, lse, Dbuf, B, T, NH, s);
+}
+
+}  // namespace flash
+
+static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
+                                    cudaStream_t s) {
+    int hs = C / NH;
+    if (hs == 64) flash::forward<64>(out, lse, qkv, B, T, NH, s);
+    else if (hs == 128) flash::forward<128>(out, lse, qkv, B, T, NH, s);
+    else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); exit(1); }
+}
+
+// scratch: flash_attention_backward_scratch_elems(B, T, NH) floats
+static void flash_attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
+                                     const float *lse, float *scratch, int B, int T, int C, int NH, cudaStream_t s) {
+    int hs = C / NH;
+    if (hs == 64) flash::backward<64>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    else if (hs == 128) flash::backward<128>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); exit(1); }
+}
+
+#else  // FP32 build: no flash kernels (the tensor-core path is bf16/fp16); use attention_forward/backward
+
+static void flash_attention_forward(floatX *, float *, const floatX *, int, int, int, int, cudaStream_t) {
+    fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
+    exit(1);
+}
+static void flash_attention_backward(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *,
+                                     int, int, int, int, cudaStream_t) {
+    fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
+    exit(1);
+}
+
+#endif

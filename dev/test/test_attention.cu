@@ -1,0 +1,347 @@
+// dev/test/test_attention.cu: flash attention (kernels/attention.cuh) against a simple fp32
+// GPU reference, forward (out, lse) and backward (dq, dk, dv), at several shapes, plus a
+// bitwise determinism check of the backward. bf16 or fp16 build (-DPRECISION=BF16|FP16).
+//   build/test_attention [--seed N]            correctness; exit 1 on any miss
+//   build/test_attention --bench B NH T hs     timing of ours (and the old cuBLAS path)
+#include "kernels/attention.cuh"
+#include <vector>
+#include <string.h>
+#include <time.h>
+
+#if PRECISION == PRECISION_FP32
+#error "flash attention test needs -DPRECISION=BF16 or FP16"
+#endif
+
+static uint64_t rng_state;
+static float frand(void) {  // uniform [0, 1)
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng_state >> 40) & 0xFFFFFF) / 16777216.0f;
+}
+
+// reference, one thread per query row: lse, out, D = dout . out, dq (all fp32)
+__global__ void ref_rows_kernel(float *out, float *lse, float *Dref, float *dq, const floatX *qkv, const floatX *dout,
+                                int B, int T, int NH, int hs) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)B * NH * T) return;
+    int t = (int)(idx % T), h = (int)((idx / T) % NH), b = (int)(idx / ((long)T * NH));
+    int C = NH * hs;
+    float scale = 1.0f / sqrtf((float)hs);
+    const floatX *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+    const floatX *dO = dout + ((size_t)b * T + t) * C + h * hs;
+    float qv[128], acc[128], dov[128];
+    for (int d = 0; d < hs; d++) { qv[d] = to_float(q[d]); acc[d] = 0.0f; dov[d] = to_float(dO[d]); }
+    float m = -INFINITY;
+    for (int j = 0; j <= t; j++) {
+        const floatX *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+        float s = 0.0f;
+        for (int d = 0; d < hs; d++) s += qv[d] * to_float(k[d]);
+        m = fmaxf(m, s * scale);
+    }
+    float l = 0.0f;
+    for (int j = 0; j <= t; j++) {
+        const floatX *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs, *v = k + C;
+        float s = 0.0f;
+        for (int d = 0; d < hs; d++) s += qv[d] * to_float(k[d]);
+        float p = expf(s * scale - m);
+        l += p;
+        for (int d = 0; d < hs; d++) acc[d] += p * to_float(v[d]);
+    }
+    float L = m + logf(l), Dd = 0.0f;
+    for (int d = 0; d < hs; d++) {
+        float o = acc[d] / l;
+        out[((size_t)b * T + t) * C + h * hs + d] = o;
+        Dd += o * dov[d];
+        acc[d] = 0.0f;
+    }
+    lse[idx] = L;
+    Dref[idx] = Dd;
+    for (int j = 0; j <= t; j++) {
+        const floatX *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs, *v = k + C;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < hs; d++) { s += qv[d] * to_float(k[d]); dp += dov[d] * to_float(v[d]); }
+        float ds = expf(s * scale - L) * (dp - Dd);
+        for (int d = 0; d < hs; d++) acc[d] += ds * to_float(k[d]);
+    }
+    for (int d = 0; d < hs; d++) dq[((size_t)b * T + t) * C + h * hs + d] = acc[d] * scale;
+}
+
+// reference, one thread per key row: dk, dv
+__global__ void ref_keys_kernel(float *dk, float *dv, const float *lse, const float *Dref, const floatX *qkv,
+                                const floatX *dout, int B, int T, int NH, int hs) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)B * NH * T) return;
+    int j = (int)(idx % T), h = (int)((idx / T) % NH), b = (int)(idx / ((long)T * NH));
+    int C = NH * hs;
+    float scale = 1.0f / sqrtf((float)hs);
+    const floatX *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs, *v = k + C;
+    float kv[128], vv[128], ak[128], av[128];
+    for (int d = 0; d < hs; d++) { kv[d] = to_float(k[d]); vv[d] = to_float(v[d]); ak[d] = av[d] = 0.0f; }
+    long rowbase = idx - j;
+    for (int t = j; t < T; t++) {
+        const floatX *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+        const floatX *dO = dout + ((size_t)b * T + t) * C + h * hs;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < hs; d++) { s += to_float(q[d]) * kv[d]; dp += to_float(dO[d]) * vv[d]; }
+        float p = expf(s * scale - lse[rowbase + t]);
+        float ds = p * (dp - Dref[rowbase + t]);
+        for (int d = 0; d < hs; d++) { av[d] += p * to_float(dO[d]); ak[d] += ds * to_float(q[d]); }
+    }
+    for (int d = 0; d < hs; d++) {
+        dk[((size_t)b * T + j) * C + h * hs + d] = ak[d] * scale;
+        dv[((size_t)b * T + j) * C + h * hs + d] = av[d];
+    }
+}
+
+static std::vector<float> to_host_f(const floatX *d, size_t n) {
+    std::vector<floatX> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; i++) r[i] = to_float(h[i]);
+    return r;
+}
+static std::vector<float> to_host(const float *d, size_t n) {
+    std::vector<float> r(n);
+    CUDA_CHECK(cudaMemcpy(r.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return r;
+}
+// max |got - ref| / max |ref| over the elements, with got taken at stride/offset (for dqkv);
+// NaN anywhere gives NaN
+static double rel_err(const std::vector<float> &got, const std::vector<float> &ref, size_t rows, int cols,
+                      int got_stride, int got_off) {
+    double maxerr = 0.0, maxref = 0.0;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            double g = got[r * got_stride + got_off + c], f = ref[r * cols + c];
+            double e = fabs(g - f);
+            if (!(e == e)) return NAN;
+            if (e > maxerr) maxerr = e;
+            if (fabs(f) > maxref) maxref = fabs(f);
+        }
+    return maxerr / (maxref > 0 ? maxref : 1.0);
+}
+
+typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStream_t);
+typedef void (*BwdFn)(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int, int, int,
+                      cudaStream_t);
+// tile-shape variants for hs = 64 (the first of each is the default in attention.cuh)
+static const FwdFn fwd_variants[] = {flash::forward_cfg<64, 4, 64, 1>, flash::forward_cfg<64, 4, 64, 2>,
+                                     flash::forward_cfg<64, 4, 32, 2>, flash::forward_cfg<64, 8, 64, 1>,
+                                     flash::forward_cfg<64, 8, 32, 2>, flash::forward_cfg<64, 8, 64, 2>};
+static const char *fwd_names[] = {"fwd NW4 BN64 MT1", "fwd NW4 BN64 MT2", "fwd NW4 BN32 MT2",
+                                  "fwd NW8 BN64 MT1", "fwd NW8 BN32 MT2", "fwd NW8 BN64 MT2"};
+static const BwdFn bwd_variants[] = {
+    flash::backward_cfg<64, 4, 64, 1, 4, 64, 1>, flash::backward_cfg<64, 8, 64, 1, 4, 64, 1>,
+    flash::backward_cfg<64, 4, 64, 1, 4, 32, 2>, flash::backward_cfg<64, 4, 64, 1, 8, 32, 2>,
+    flash::backward_cfg<64, 4, 32, 2, 4, 32, 2>, flash::backward_cfg<64, 2, 32, 2, 4, 32, 2>,
+    flash::backward_cfg<64, 4, 32, 2, 4, 64, 1>, flash::backward_cfg<64, 2, 64, 1, 4, 32, 2>};
+static const char *bwd_names[] = {"bwd kv(NW4,BM64,KT1) dq(NW4,BN64,MT1)", "bwd kv(NW8,BM64,KT1) dq(NW4,BN64,MT1)",
+                                  "bwd kv(NW4,BM64,KT1) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW8,BN32,MT2)",
+                                  "bwd kv(NW4,BM32,KT2) dq(NW4,BN32,MT2)", "bwd kv(NW2,BM32,KT2) dq(NW4,BN32,MT2)",
+                                  "bwd kv(NW4,BM32,KT2) dq(NW4,BN64,MT1)", "bwd kv(NW2,BM64,KT1) dq(NW4,BN32,MT2)"};
+static const int NFV = sizeof(fwd_variants) / sizeof(fwd_variants[0]), NBV = sizeof(bwd_variants) / sizeof(bwd_variants[0]);
+// NULL: the public launchers
+static FwdFn g_fwd = NULL;
+static BwdFn g_bwd = NULL;
+static void do_fwd(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH) {
+    if (g_fwd) g_fwd(out, lse, qkv, B, T, NH, 0);
+    else flash_attention_forward(out, lse, qkv, B, T, C, NH, 0);
+}
+static void do_bwd(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse, float *scr,
+                   int B, int T, int C, int NH) {
+    if (g_bwd) g_bwd(dqkv, dout, qkv, out, lse, scr, B, T, NH, 0);
+    else flash_attention_backward(dqkv, dout, qkv, out, lse, scr, B, T, C, NH, 0);
+}
+
+static int passed = 0, failed = 0;
+static void check(const char *what, double err, double tol) {
+    bool ok = err <= tol;  // false for NaN
+    printf("  %-6s err %.3e  (tol %.0e)  %s\n", what, err, tol, ok ? "ok" : "FAIL");
+    if (ok) passed++; else failed++;
+}
+
+static void run_case(int B, int NH, int T, int hs, uint64_t seed) {
+    int C = NH * hs;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
+    printf("case B=%d NH=%d T=%d hs=%d (seed %llu)\n", B, NH, T, hs, (unsigned long long)seed);
+    rng_state = seed;
+    std::vector<floatX> hq(nqkv), ho(nout);
+    for (auto &x : hq) x = (floatX)((frand() * 2.0f - 1.0f) * 1.7f);
+    for (auto &x : ho) x = (floatX)(frand() * 2.0f - 1.0f);
+    floatX *qkv, *dout, *out, *dqkv, *dqkv2;
+    float *lse, *scratch, *rout, *rlse, *rD, *rdq, *rdk, *rdv;
+    CUDA_CHECK(cudaMalloc(&qkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&dqkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&dqkv2, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&lse, nrow * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&scratch, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&rout, nout * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&rdq, nout * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&rdk, nout * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&rdv, nout * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&rlse, nrow * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&rD, nrow * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(qkv, hq.data(), nqkv * sizeof(floatX), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dout, ho.data(), nout * sizeof(floatX), cudaMemcpyHostToDevice));
+    // poison (0xFF bytes: NaN in bf16, fp16 and fp32)
+    CUDA_CHECK(cudaMemset(out, 0xFF, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(lse, 0xFF, nrow * sizeof(float)));
+    CUDA_CHECK(cudaMemset(dqkv, 0xFF, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(dqkv2, 0xFF, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(scratch, 0xFF, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+
+    ref_rows_kernel<<<ceil_div(nrow, 128), 128>>>(rout, rlse, rD, rdq, qkv, dout, B, T, NH, hs);
+    LAUNCH_CHECK();
+    ref_keys_kernel<<<ceil_div(nrow, 128), 128>>>(rdk, rdv, rlse, rD, qkv, dout, B, T, NH, hs);
+    LAUNCH_CHECK();
+    do_fwd(out, lse, qkv, B, T, C, NH);
+    do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+    CUDA_CHECK(cudaMemset(scratch, 0xFF, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    do_bwd(dqkv2, dout, qkv, out, lse, scratch, B, T, C, NH);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::vector<float> o = to_host_f(out, nout), ro = to_host(rout, nout);
+    std::vector<float> l = to_host(lse, nrow), rl = to_host(rlse, nrow);
+    std::vector<float> g = to_host_f(dqkv, nqkv);
+    std::vector<float> rq = to_host(rdq, nout), rk = to_host(rdk, nout), rv = to_host(rdv, nout);
+    // tolerances: bf16 has an 8-bit significand (unit roundoff 2^-9 ~ 2e-3); out is stored in
+    // floatX and P passes through floatX in P V: a few roundoffs of the largest value.
+    // The gradients pass through two roundings (P or dS in floatX, then the result), summed
+    // over up to T terms of mixed sign: 2e-2 of the largest value. lse is fp32 throughout.
+    double tol_out = 1e-2, tol_grad = 2e-2, tol_lse = 1e-4;
+#if PRECISION == PRECISION_FP16
+    tol_out = 5e-3; tol_grad = 1e-2;  // fp16: 11-bit significand
+#endif
+    check("out", rel_err(o, ro, (size_t)B * T, C, C, 0), tol_out);
+    check("lse", rel_err(l, rl, nrow, 1, 1, 0), tol_lse);
+    check("dq", rel_err(g, rq, (size_t)B * T, C, 3 * C, 0), tol_grad);
+    check("dk", rel_err(g, rk, (size_t)B * T, C, 3 * C, C), tol_grad);
+    check("dv", rel_err(g, rv, (size_t)B * T, C, 3 * C, 2 * C), tol_grad);
+    std::vector<floatX> a(nqkv), c(nqkv);
+    CUDA_CHECK(cudaMemcpy(a.data(), dqkv, nqkv * sizeof(floatX), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(c.data(), dqkv2, nqkv * sizeof(floatX), cudaMemcpyDeviceToHost));
+    bool same = memcmp(a.data(), c.data(), nqkv * sizeof(floatX)) == 0;
+    printf("  %-6s two backward runs %s\n", "determ", same ? "bitwise identical: ok" : "DIFFER: FAIL");
+    if (same) passed++; else failed++;
+    cudaFree(qkv); cudaFree(dqkv); cudaFree(dqkv2); cudaFree(dout); cudaFree(out); cudaFree(lse); cudaFree(scratch);
+    cudaFree(rout); cudaFree(rdq); cudaFree(rdk); cudaFree(rdv); cudaFree(rlse); cudaFree(rD);
+}
+
+static void bench(int B, int NH, int T, int hs, int variants) {
+    int C = NH * hs;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
+    floatX *qkv, *dout, *out, *dqkv;
+    float *lse, *scratch;
+    CUDA_CHECK(cudaMalloc(&qkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&dqkv, nqkv * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&dout, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&out, nout * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&lse, nrow * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&scratch, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    rng_state = 1234;
+    std::vector<floatX> h(nqkv);
+    for (auto &x : h) x = (floatX)((frand() * 2.0f - 1.0f) * 1.7f);
+    CUDA_CHECK(cudaMemcpy(qkv, h.data(), nqkv * sizeof(floatX), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dout, h.data(), nout * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const int warm = 3, iters = 20;
+    double flops_f = 2.0 * 2.0 * B * NH * (double)T * T * hs / 2.0, flops_b = 2.5 * flops_f;
+    float ms_f, ms_b;
+    int nf = (hs == 64 && variants) ? NFV : 1, nb = (hs == 64 && variants) ? NBV : 1;
+    for (int v = 0; v < nf || v < nb; v++) {
+        g_fwd = v < nf && nf > 1 ? fwd_variants[v] : NULL;
+        g_bwd = v < nb && nb > 1 ? bwd_variants[v] : NULL;
+        for (int i = 0; i < warm; i++) do_fwd(out, lse, qkv, B, T, C, NH);
+        CUDA_CHECK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++) do_fwd(out, lse, qkv, B, T, C, NH);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms_f, e0, e1));
+        ms_f /= iters;
+        for (int i = 0; i < warm; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+        CUDA_CHECK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
+        ms_b /= iters;
+        if (nf > 1 || nb > 1)
+            printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
+                   v < nf ? fwd_names[v] : "-", v < nb ? bwd_names[v] : "-", ms_f, flops_f / ms_f * 1e-9, ms_b,
+                   flops_b / ms_b * 1e-9);
+        if (v == 0)
+            printf("BENCH ours B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", B, NH,
+                   T, hs, ms_f, flops_f / ms_f * 1e-9, ms_b, flops_b / ms_b * 1e-9);
+    }
+    g_fwd = NULL;
+    g_bwd = NULL;
+    if (variants) {  // the default backward with the dq/dkdv overlap (flash::g_overlap = 1)
+        flash::g_overlap = 1;
+        for (int i = 0; i < warm; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+        CUDA_CHECK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
+        ms_b /= iters;
+        printf("default backward, dq beside dk/dv on a side stream: bwd_ms %.4f bwd_tflops %.1f\n", ms_b,
+               flops_b / ms_b * 1e-9);
+        flash::g_overlap = 0;
+    }
+    if (variants) {  // the old cuBLAS path at this shape, for reference
+        matmul_init(0);
+        floatX *att, *ascr;
+        size_t na = (size_t)B * NH * T * T;
+        size_t ns = attention_backward_scratch_elems(B, T, C, NH);
+        CUDA_CHECK(cudaMalloc(&att, na * sizeof(floatX)));
+        CUDA_CHECK(cudaMalloc(&ascr, ns * sizeof(floatX)));
+        for (int i = 0; i < warm; i++) attention_forward(out, att, qkv, ascr, B, T, C, NH, 0);
+        CUDA_CHECK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++) attention_forward(out, att, qkv, ascr, B, T, C, NH, 0);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms_f, e0, e1));
+        ms_f /= iters;
+        for (int i = 0; i < warm; i++) attention_backward(dqkv, dout, qkv, att, ascr, B, T, C, NH, 0);
+        CUDA_CHECK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++) attention_backward(dqkv, dout, qkv, att, ascr, B, T, C, NH, 0);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
+        ms_b /= iters;
+        printf("BENCH old B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", B, NH, T,
+               hs, ms_f, flops_f / ms_f * 1e-9, ms_b, flops_b / ms_b * 1e-9);
+        cudaFree(att);
+        cudaFree(ascr);
+    }
+    cudaFree(qkv); cudaFree(dqkv); cudaFree(dout); cudaFree(out); cudaFree(lse); cudaFree(scratch);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 6 && !strcmp(argv[1], "--bench")) {  // --bench B NH T hs [variants 0|1]
+        bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc >= 7 ? atoi(argv[6]) : 0);
+        return 0;
+    }
+    uint64_t seed = (uint64_t)time(NULL);
+    if (argc >= 3 && !strcmp(argv[1], "--seed")) seed = strtoull(argv[2], NULL, 10);
+    printf("test_attention (%s), seed %llu\n", PRECISION_NAME, (unsigned long long)seed);
+    const int shapes[][4] = {{2, 12, 1024, 64}, {1, 4, 4096, 64}, {2, 8, 333, 64}, {1, 6, 512, 128},
+                             {3, 2, 17, 64},    {1, 3, 1000, 128}, {2, 2, 129, 64}};
+    for (int i = 0; i < (int)(sizeof(shapes) / sizeof(shapes[0])); i++)
+        run_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], seed + i);
+    // the other tile shapes (benchmarked with --bench ... 1) at two shapes
+    for (int v = 1; v < NFV || v < NBV; v++) {
+        g_fwd = v < NFV ? fwd_variants[v] : fwd_variants[0];
+        g_bwd = v < NBV ? bwd_variants[v] : bwd_variants[0];
+        printf("variant %d: %s | %s\n", v, v < NFV ? fwd_names[v] : "-", v < NBV ? bwd_names[v] : "-");
+        run_case(2, 8, 333, 64, seed + 100 + v);
+        run_case(1, 4, 1024, 64, seed + 200 + v);
+    }
+    g_fwd = NULL;
+    g_bwd = NULL;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
