@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     float logits_tol = 5e-2f, loss_tol = 1e-2f, step_tol = 2e-2f;
 #endif
     float grad_tol = 0.0f;
-    int fuse_gelu = 1, recompute = 0, flash = FLASH_AUTO;
+    int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT;
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},

@@ -85,6 +85,9 @@ static void prof_collect(int count) {
 // -f: 1 flash attention, 0 plain attention, -1 (default) flash where it exists: the bf16
 // and fp16 builds, head sizes 64 and 128.
 #define FLASH_AUTO (-1)
+// The default stays the plain attention until the flash kernels' current version has
+// passed test_gpt2cu on a GPU (see README, GPU trainer status).
+#define FLASH_DEFAULT 0
 static int flash_supported(const GPT2Config *c) {
     int hs = c->channels / c->num_heads;
     return PRECISION != PRECISION_FP32 && (hs == 64 || hs == 128);
@@ -618,7 +621,7 @@ static size_t device_used_bytes(void) {
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
-    int recompute = 1, flash = FLASH_AUTO, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
+    int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
     float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
     ArgSpec specs[TRAIN_OPTIONS_COUNT + 8];
     int nspecs = train_options_specs(&o, specs);
