@@ -300,8 +300,13 @@ static void process_batch(Prepro *pp, Batch *b) {
 // ---------------------------------------------------------------------------------------
 // text input
 
+// "-" reads standard input (a pipe works too: the input is read once, front to back).
+static FILE *open_input(const Prepro *pp) {
+    return strcmp(pp->input, "-") == 0 ? stdin : xfopen(pp->input, "rb");
+}
+
 static void read_text(Prepro *pp, int blank_line_docs) {
-    FILE *f = xfopen(pp->input, "rb");
+    FILE *f = open_input(pp);
     Batch b;
     memset(&b, 0, sizeof(b));
     Bytes *buf = &b.text; // unprocessed input, starting at a clean cut
@@ -590,7 +595,7 @@ static int json_line_text(Json *j, Bytes *text, Bytes *key) {
 }
 
 static void read_jsonl(Prepro *pp) {
-    FILE *f = xfopen(pp->input, "rb");
+    FILE *f = open_input(pp);
     Batch b;
     memset(&b, 0, sizeof(b));
     Bytes text = {NULL, 0, 0}, key = {NULL, 0, 0};
@@ -650,7 +655,7 @@ int main(int argc, char **argv) {
     int val_tokens = -1, shard_tokens = 100000000, threads = 0, chunk_bytes = 1 << 18;
     float val_fraction = -1.0f;
     ArgSpec specs[] = {
-        {NULL, "--input", ARG_STRING, &input, "input file (required)"},
+        {NULL, "--input", ARG_STRING, &input, "input file, or - for standard input (required)"},
         {NULL, "--format", ARG_STRING, &format, "text or jsonl (one JSON object with a \"text\" string per line)"},
         {NULL, "--text-docs", ARG_STRING, &text_docs, "text format: whole (the file is one document) or blank-lines (a new document after every \"\\n\\n\", as llm.c's Tiny Shakespeare)"},
         {NULL, "--out-dir", ARG_STRING, &out_dir, "output directory, created if missing (required)"},
@@ -693,8 +698,10 @@ int main(int argc, char **argv) {
     int use_fraction = val_fraction >= 0.0f;
     if (!use_fraction && val_tokens < 0) val_tokens = 32768;
     struct stat st;
-    if (stat(input, &st) != 0) fatal("cannot open --input %s: %s", input, strerror(errno));
-    if (!S_ISREG(st.st_mode)) fatal("--input %s is not a regular file", input);
+    if (strcmp(input, "-") != 0) {
+        if (stat(input, &st) != 0) fatal("cannot open --input %s: %s", input, strerror(errno));
+        if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) fatal("--input %s is not a regular file or a pipe", input);
+    }
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
     int nthreads = omp_get_max_threads();

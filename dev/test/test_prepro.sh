@@ -295,6 +295,17 @@ else
     bad "jsonl long documents: outputs differ"
 fi
 
+# standard input and a pipe give the same shards as the file
+cat "$T/long.jsonl" | "$BIN" --input - --format jsonl --out-dir "$T/lj3" --name t --threads 2 --chunk-bytes 100 --val-tokens 100 > "$T/stdin.log" 2>&1
+mkfifo "$T/fifo" && (cat "$T/long.jsonl" > "$T/fifo" &)
+"$BIN" --input "$T/fifo" --format jsonl --out-dir "$T/lj4" --name t --threads 2 --chunk-bytes 100 --val-tokens 100 > "$T/fifo.log" 2>&1
+if cmp -s "$T/lj1/t_train_000000.bin" "$T/lj3/t_train_000000.bin" && cmp -s "$T/lj1/t_val_000000.bin" "$T/lj3/t_val_000000.bin" \
+   && cmp -s "$T/lj1/t_train_000000.bin" "$T/lj4/t_train_000000.bin"; then
+    ok "--input - (stdin) and a named pipe give the same shards as the file"
+else
+    bad "stdin/pipe input differs: $(tail -2 "$T/stdin.log") $(tail -2 "$T/fifo.log")"
+fi
+
 # ---------------------------------------------------------------------------------------
 # errors
 if run err_input --input "$T/does_not_exist.txt" --out-dir "$T/e" --name e; then
