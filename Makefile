@@ -76,7 +76,12 @@ build/bench_sgemm: dev/bench_sgemm.c common/sgemm.h
 	@mkdir -p build
 	$(CC) $(CFLAGS) -o $@ dev/bench_sgemm.c $(LDLIBS) $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h),-DHAVE_CBLAS -lopenblas)
 
-UNIT_TESTS = build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
+MPICC ?= mpicc
+build/test_distributed: dev/test/test_distributed.c common/distributed.h $(COMMON_H)  ## multi-process logic under mpirun (ZeRO shards, collectives, batch split)
+	@mkdir -p build
+	$(MPICC) -std=c11 -O2 -Wall -Wextra -DUSE_MPI -I. -o $@ dev/test/test_distributed.c -lm
+
+UNIT_TESTS = build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
 
 test: cpu $(UNIT_TESTS) build/test_sgemm  ## run every test (CPU; the README's test command)
 	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh

@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS="build-essential python3-torch python3-numpy libopenblas-dev libopenmpi-dev openmpi-bin"
 
 have_all() {
-    command -v gcc > /dev/null && command -v make > /dev/null || return 1
+    command -v gcc > /dev/null && command -v make > /dev/null && command -v mpicc > /dev/null || return 1
     local torch_ok=0
     for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && torch_ok=1 && break; done
     [ $torch_ok = 1 ] || return 1
