@@ -26,6 +26,7 @@ STEPS=${STEPS:-30}
 BUDGET_S=${BUDGET_S:-210}
 D24_BATCHES=${D24_BATCHES-"64 32 16"}  # set empty to skip d24
 CU_R=${CU_R:-"0 1 2"}                  # recompute levels of train_gpt2cu to time at d12
+# FLAGS: extra train_gpt2cu options (e.g. FLAGS="-f 1" for flash attention)
 T=1024
 CU=${CU:-./train_gpt2cu}
 mkdir -p "$OUT"
@@ -100,7 +101,7 @@ row_torch() {  # NAME MODEL B
         | sed "s/\$/\t$(smi_max "$1")/" >> "$TABLE"
 }
 
-CU_COMMON=(-t $T -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant)
+CU_COMMON=(-t $T -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant ${FLAGS:-})
 TORCH=(python3 dev/train_gpt2_torch.py --seq-len $T --steps "$STEPS")
 
 # 1. GPT-2 124M, B=64

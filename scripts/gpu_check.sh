@@ -20,6 +20,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader | tee "
 export PYTHONUNBUFFERED=1
 
 # SKIP_TESTS=1: only the training runs (sections 3 and 4)
+# FLAGS="...": extra options for every test_gpt2cu and resume run (e.g. FLAGS="-f -1")
 # QUICK=1: tests at the default settings only (no -r variants), then resume and
 #          determinism (section 5); no timing runs, no memory checker
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
@@ -37,7 +38,7 @@ for prec in bf16 fp32 fp16; do
         for extra in "" "-r 1" "-r 2 --fuse-gelu 0"; do
             [ -n "$extra" ] && [ $shape = small ] && continue
             [ -n "$extra" ] && [ "${QUICK:-0}" = 1 ] && continue
-            timeout 120 $exe --ref-dir "$W/ref_$shape" $extra > "$W/t.log" 2>&1
+            timeout 120 $exe --ref-dir "$W/ref_$shape" $extra ${FLAGS:-} > "$W/t.log" 2>&1
             rc=$?
             { echo "=== $prec $shape $extra (rc=$rc)"; cat "$W/t.log"; } >> "$OUT/tests.log"
             res=$(grep -E "passed, .* failed" "$W/t.log" | tail -1)
@@ -82,7 +83,7 @@ paste -d'#' <(grep '^step' "$W/acc2.log" | awk -F'|' '{print $1 $2 $3}') <(grep 
 fi  # QUICK
 
 # 5. resume: 20 straight (checkpoint every 10) vs resume from the step-10 checkpoint
-R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0"
+R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0 ${FLAGS:-}"
 timeout 120 $BIN/train_gpt2cu $TR $R -o "$W/runA" -n 10 > "$W/A.log" 2>&1
 mkdir -p "$W/runB"
 cp "$W/runA/model_00000010.bin" "$W/runA/state_00000010.bin" "$W/runB/" 2>/dev/null
