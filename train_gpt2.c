@@ -176,13 +176,14 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 
 // Parallel over (batch, head) pairs only: the gradients of k and v of one head collect
 // contributions from every later query, so one thread must own the whole head.
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+// scratch: T floats per thread (the gradient of one row of att).
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                                int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
     {
-        float *datt = (float *)xmalloc((size_t)T * sizeof(float));
+        float *datt = scratch + (size_t)thread_id() * T;
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
@@ -217,7 +218,6 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
                 }
             }
         }
-        free(datt);
     }
 }
 
@@ -297,6 +297,7 @@ typedef struct {
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *losses;
     // backward scratch, reused by every layer
     float *dresidual, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dlnf;
+    float *datt_rows;  // attention backward: one row of T per thread
 } Activations;
 
 typedef struct {
@@ -339,7 +340,7 @@ static size_t activation_floats(const GPT2Config *c, int B, int T) {
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
     size_t per_layer = BT * C * 7 + BT * 4 + BT * 3 * C + (size_t)B * NH * T * T + BT * 4 * C * 2;
     size_t once = BT * C * 2 + BT * 2 + BT * Vp * 2 + BT;
-    size_t scratch = BT * C * 4 + BT * 3 * C + BT * 4 * C * 2;
+    size_t scratch = BT * C * 4 + BT * 3 * C + BT * 4 * C * 2 + (size_t)num_threads() * T;
     return L * per_layer + once + scratch;
 }
 
@@ -360,6 +361,7 @@ static void gpt2_alloc_activations(GPT2 *model, int B, int T) {
     TAKE(logits, BT * Vp); TAKE(probs, BT * Vp); TAKE(losses, BT);
     TAKE(dresidual, BT * C); TAKE(dln, BT * C); TAKE(dqkv, BT * 3 * C); TAKE(datty, BT * C);
     TAKE(dfch, BT * 4 * C); TAKE(dfch_gelu, BT * 4 * C); TAKE(dlnf, BT * C);
+    TAKE(datt_rows, (size_t)num_threads() * T);
 #undef TAKE
     if ((size_t)(p - model->act_memory) != activation_floats(c, B, T)) fatal("internal: activation layout mismatch");
     model->B = B;
@@ -469,7 +471,7 @@ static void gpt2_backward(GPT2 *model, const int *inputs, const int *targets, fl
         matmul_backward(a->datty, g[P_ATTPROJW] + (size_t)l * C * C, g[P_ATTPROJB] + l * C,
                         a->dresidual, atty, p[P_ATTPROJW] + (size_t)l * C * C, (int)N, C, C);
         memset(a->dqkv, 0, N * 3 * C * sizeof(float));
-        attention_backward(a->dqkv, a->datty, qkv, att, B, T, C, NH);
+        attention_backward(a->dqkv, a->datty, qkv, att, a->datt_rows, B, T, C, NH);
         memset(a->dln, 0, N * C * sizeof(float));
         matmul_backward(a->dln, g[P_QKVW] + (size_t)l * 3 * C * C, g[P_QKVB] + l * 3 * C,
                         a->dqkv, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, (int)N, C, 3 * C);
@@ -481,9 +483,12 @@ static void gpt2_backward(GPT2 *model, const int *inputs, const int *targets, fl
 
 // Sum of squares with a fixed split over threads and a fixed combining order, so the
 // result is bit-identical from run to run (needed for bit-exact resume).
+#define MAX_THREADS 1024
+
 static double sum_of_squares(const float *x, size_t n) {
     int nt = num_threads();
-    double *partial = (double *)xcalloc((size_t)nt, sizeof(double));
+    if (nt > MAX_THREADS) fatal("OMP_NUM_THREADS=%d is above the %d this program supports", nt, MAX_THREADS);
+    double partial[MAX_THREADS];
     #pragma omp parallel
     {
         int id = thread_id(), cnt = num_threads();
@@ -494,7 +499,6 @@ static double sum_of_squares(const float *x, size_t n) {
     }
     double total = 0.0;
     for (int i = 0; i < nt; i++) total += partial[i];
-    free(partial);
     return total;
 }
 
