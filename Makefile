@@ -68,6 +68,10 @@ build/san/%: dev/test/%.c $(COMMON_H)
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp -pthread $(SAN_FLAGS) -o $@ $< $(LDLIBS)
 
+build/san/test_gpt2: test_gpt2.c train_gpt2.c $(COMMON_H)
+	@mkdir -p build/san
+	$(CC) -std=c11 -Wall -Wextra -fno-math-errno -I. -fopenmp $(SAN_FLAGS) -o $@ test_gpt2.c $(LDLIBS)
+
 build/test_sgemm: dev/test/test_sgemm.c common/sgemm.h
 	@mkdir -p build
 	$(CC) $(CFLAGS) -o $@ dev/test/test_sgemm.c $(LDLIBS)
@@ -81,7 +85,7 @@ build/test_distributed: dev/test/test_distributed.c common/distributed.h $(COMMO
 	@mkdir -p build
 	$(MPICC) -std=c11 -O2 -Wall -Wextra -DUSE_MPI -I. -o $@ dev/test/test_distributed.c -lm
 
-UNIT_TESTS = build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
+UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
 
 test: cpu $(UNIT_TESTS) build/test_sgemm  ## run every test (CPU; the README's test command)
 	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh

@@ -62,6 +62,7 @@ run reference-small $PYTHON_TORCH dev/gpt2_ref.py --layers 2 --heads 4 --channel
     --batch 4 --seq-len 32 --seed 1234 --out-dir $REF
 # the CPU trainer against the reference
 run test_gpt2-small ./test_gpt2 --ref-dir $REF
+run test_gpt2-small-sanitized ./build/san/test_gpt2 --ref-dir $REF
 # the CPU trainer's command line: bad input, training, bit-exact resume
 run train-cli ./dev/test/test_train_cli.sh
 
