@@ -43,8 +43,7 @@ VAL_TOKENS=100000000
 SHARD_TOKENS=100000000
 KEEP_PARQUET=0
 FORCE=0
-PREPRO="${PREPRO:-./prepro}"
-PYTHON="${PYTHON:-python3}"
+source dev/data/common.sh
 
 usage() {
     cat <<EOF
@@ -71,8 +70,6 @@ Environment: LLMC_DATA_MIRROR (local mirror, default ../shared/data), PREPRO (de
 EOF
 }
 
-die() { echo "fineweb.sh: error: $*" >&2; exit 1; }
-say() { echo "fineweb.sh: $*"; }
 need_int() {
     case "$2" in ''|*[!0-9]*) die "$1 must be a non-negative integer, not '$2'" ;; esac
 }
@@ -104,17 +101,11 @@ need_int --shard-tokens "$SHARD_TOKENS"
 [ "$SHARD_TOKENS" -ge 1 ] || die "--shard-tokens must be positive"
 [ "$FILES" -le "$ALL_FILES" ] ||
     say "warning: --files $FILES: sample/10BT of $DATASET is known to have $ALL_FILES files"
-if [ -z "${LLMC_DATA_MIRROR:-}" ] && [ -d ../shared/data ]; then
-    LLMC_DATA_MIRROR=../shared/data
-fi
 MIRROR_DIR="${LLMC_DATA_MIRROR:+$LLMC_DATA_MIRROR/$DATASET/sample/10BT}"
 URL_DIR="$HF_BASE/datasets/HuggingFaceFW/$DATASET/resolve/main/sample/10BT"
 
-if [ ! -x "$PREPRO" ]; then
-    say "$PREPRO is missing, building it with 'make prepro'"
-    make prepro || die "cannot build $PREPRO: run 'make prepro'"
-fi
-command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON is not installed (needed by dev/data/to_jsonl.py)"
+ensure_prepro
+require_python
 
 PROGRESS="$OUT/.progress"
 WORK="$OUT/work"

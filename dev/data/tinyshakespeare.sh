@@ -23,18 +23,10 @@ INPUT="$OUT/input.txt"
 NAME=tiny_shakespeare
 TRAIN="$OUT/${NAME}_train_000000.bin"
 VAL="$OUT/${NAME}_val_000000.bin"
-PREPRO="${PREPRO:-./prepro}"
-if [ -z "${LLMC_DATA_MIRROR:-}" ] && [ -d ../shared/data ]; then
-    LLMC_DATA_MIRROR=../shared/data
-fi
-
-die() { echo "error: $*" >&2; exit 1; }
+source dev/data/common.sh
 file_size() { wc -c < "$1" | tr -d ' '; }
 
-if [ ! -x "$PREPRO" ]; then
-    echo "tinyshakespeare.sh: $PREPRO is missing, building it with 'make prepro'"
-    make prepro || die "cannot build $PREPRO: run 'make prepro' (or gcc -O3 -fopenmp -o prepro dev/data/prepro.c)"
-fi
+ensure_prepro
 
 # up to date?
 if [ -f "$TRAIN" ] && [ -f "$VAL" ] && [ -f "$INPUT" ] &&

@@ -43,8 +43,7 @@ NAME=tinystories
 VAL_TOKENS=auto
 KEEP=0
 FORCE=0
-PREPRO="${PREPRO:-./prepro}"
-PYTHON="${PYTHON:-python3}"
+source dev/data/common.sh
 
 usage() {
     cat <<EOF
@@ -65,8 +64,6 @@ Environment: LLMC_DATA_MIRROR (local mirror, default ../shared/data), PREPRO (de
 EOF
 }
 
-die() { echo "tinystories.sh: error: $*" >&2; exit 1; }
-say() { echo "tinystories.sh: $*"; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -82,16 +79,10 @@ case "$VAL_TOKENS" in
     auto) ;;
     ''|*[!0-9]*) die "--val-tokens must be a non-negative integer, not '$VAL_TOKENS'" ;;
 esac
-if [ -z "${LLMC_DATA_MIRROR:-}" ] && [ -d ../shared/data ]; then
-    LLMC_DATA_MIRROR=../shared/data
-fi
 MIRROR_DIR="${LLMC_DATA_MIRROR:+$LLMC_DATA_MIRROR/tinystories}"
 
-if [ ! -x "$PREPRO" ]; then
-    say "$PREPRO is missing, building it with 'make prepro'"
-    make prepro || die "cannot build $PREPRO: run 'make prepro'"
-fi
-command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON is not installed (needed by dev/data/to_jsonl.py)"
+ensure_prepro
+require_python
 
 VAL="$OUT/${NAME}_val_000000.bin"
 TRAIN0="$OUT/${NAME}_train_000000.bin"
