@@ -145,6 +145,41 @@ __device__ __forceinline__ float block_max(float v) {
 static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
 // ---------------------------------------------------------------------------
+// Second stage of the deterministic column sums (bias and layernorm parameter
+// gradients): partials holds P rows of M fp32 partial sums; column c's total, summed
+// over the rows in a fixed tree order, is added to out0[c] (c < split) or out1[c - split].
+// A block is 32 columns x 32 row lanes: each lane walks every 32nd row, so the loads are
+// coalesced and many are in flight (one thread per column walking all P rows serially
+// was latency-bound: ~P dependent-latency loads per call).
+
+#define PSUM_COLS 32
+#define PSUM_LANES 32
+
+__global__ void __launch_bounds__(PSUM_COLS * PSUM_LANES)
+add_partial_sums_kernel(floatX *out0, floatX *out1, int split, const float *partials, int P, int M) {
+    __shared__ float part[PSUM_LANES][PSUM_COLS + 1];
+    int c = blockIdx.x * PSUM_COLS + threadIdx.x;
+    float v = 0.0f;
+    if (c < M) {
+#pragma unroll 4
+        for (int p = threadIdx.y; p < P; p += PSUM_LANES) v += partials[(size_t)p * M + c];
+    }
+    part[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < M) {
+        float sum = 0.0f;
+        for (int k = 0; k < PSUM_LANES; k++) sum += part[k][threadIdx.x];
+        floatX *dst = c < split ? out0 + c : out1 + (c - split);
+        *dst = from_float<floatX>(to_float(*dst) + sum);
+    }
+}
+
+static void add_partial_sums(floatX *out0, floatX *out1, int split, const float *partials, int P, int M, cudaStream_t s) {
+    add_partial_sums_kernel<<<ceil_div(M, PSUM_COLS), dim3(PSUM_COLS, PSUM_LANES), 0, s>>>(out0, out1, split, partials, P, M);
+    LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------
 // stochastic rounding fp32 -> bf16: add random low bits, then truncate. The random bits
 // come from a hash of (seed, index), so a run is reproducible.
 

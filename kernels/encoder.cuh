@@ -52,22 +52,39 @@ static int encoder_build_buckets(const int *inp, int BT, int vocab_size, int *co
     return nb;
 }
 
-// grid (nb, ceil(C / (blockDim.x * X128::size))): block (i, j) sums bucket i over channels of slice j
-__global__ void encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *positions,
-                                            const int *bucket_token, const int *bucket_start, int C) {
+// grid (nb, ceil(C / (32 * X128::size))): block (i, j) sums bucket i over channel tile j.
+// Token frequencies are skewed (a newline or a comma can hold thousands of a batch's
+// positions), so a block's ENC_BWD_GROUPS warps walk interleaved positions of the bucket
+// and are then added in a fixed order: the longest bucket, not the average, sets the time.
+#define ENC_BWD_GROUPS 16
+
+__global__ void __launch_bounds__(32 * ENC_BWD_GROUPS)
+encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *positions, const int *bucket_token,
+                            const int *bucket_start, int C) {
+    constexpr int V = X128::size, TILE = 32 * V;
+    __shared__ float part[ENC_BWD_GROUPS][TILE];
     int b = blockIdx.x;
-    int c = (blockIdx.y * blockDim.x + threadIdx.x) * X128::size;
-    if (c >= C) return;
-    float acc[X128::size];
-    for (int k = 0; k < X128::size; k++) acc[k] = 0.0f;
-    for (int p = bucket_start[b]; p < bucket_start[b + 1]; p++) {
-        X128 d = load128(dout + (size_t)positions[p] * C + c);
-        for (int k = 0; k < X128::size; k++) acc[k] += to_float(d[k]);
+    int c = blockIdx.y * TILE + threadIdx.x * V;
+    float acc[V];
+    for (int k = 0; k < V; k++) acc[k] = 0.0f;
+    if (c < C) {
+        int p1 = bucket_start[b + 1];
+#pragma unroll 4
+        for (int p = bucket_start[b] + threadIdx.y; p < p1; p += ENC_BWD_GROUPS) {
+            X128 d = load128(dout + (size_t)positions[p] * C + c);
+            for (int k = 0; k < V; k++) acc[k] += to_float(d[k]);
+        }
     }
-    floatX *w = dwte + (size_t)bucket_token[b] * C + c;
-    X128 g = load128(w);
-    for (int k = 0; k < X128::size; k++) g[k] = from_float<floatX>(to_float(g[k]) + acc[k]);
-    store128(w, g);
+    for (int k = 0; k < V; k++) part[threadIdx.y][threadIdx.x * V + k] = acc[k];
+    __syncthreads();
+    for (int t = threadIdx.y * 32 + threadIdx.x; t < TILE; t += 32 * ENC_BWD_GROUPS) {
+        int col = blockIdx.y * TILE + t;
+        if (col >= C) continue;
+        float v = 0.0f;
+        for (int g = 0; g < ENC_BWD_GROUPS; g++) v += part[g][t];
+        floatX *w = dwte + (size_t)bucket_token[b] * C + col;
+        *w = from_float<floatX>(to_float(*w) + v);
+    }
 }
 
 __global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *dout, int B, int T, int C) {
@@ -90,9 +107,8 @@ __global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *dout, in
 static void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *positions,
                              const int *bucket_token, const int *bucket_start, int nb, int B, int T, int C,
                              cudaStream_t s) {
-    const int threads = 64;
-    dim3 grid(nb, ceil_div(C / X128::size, threads));
-    encoder_backward_wte_kernel<<<grid, threads, 0, s>>>(dwte, dout, positions, bucket_token, bucket_start, C);
+    dim3 grid(nb, ceil_div(C, 32 * X128::size));
+    encoder_backward_wte_kernel<<<grid, dim3(32, ENC_BWD_GROUPS), 0, s>>>(dwte, dout, positions, bucket_token, bucket_start, C);
     LAUNCH_CHECK();
     encoder_backward_wpe_kernel<<<ceil_div((long)T * (C / X128::size), 256), 256, 0, s>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK();

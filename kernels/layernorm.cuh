@@ -9,71 +9,78 @@
 
 #define LN_EPS 1e-5f
 
-// one warp per row; residual_out may alias nothing; when b == NULL the input is a alone
+// One warp per row. The row (after the residual add) is staged in shared memory, so
+// each input is read from device memory once although the mean, the variance and the
+// output each take a pass; a lane reads back only the vectors it staged, so no barrier.
+// residual_out may alias nothing; when b == NULL the input is a alone.
+// dynamic shared memory: (blockDim.x / 32) * C floatX
 __global__ void layernorm_forward_kernel(floatX *residual_out, floatX *out, float *mean, float *rstd,
                                          const floatX *a, const floatX *b, const floatX *w, const floatX *bias,
                                          int N, int C) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    extern __shared__ X128 ln_rows[];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int row = blockIdx.x * (blockDim.x / 32) + warp;
     if (row >= N) return;
+    X128 *xs = ln_rows + (size_t)warp * (C / X128::size);
     const floatX *x = a + (size_t)row * C;
-    if (b) {
-        // fused residual: write res = a + b, then normalise the stored (rounded) values
-        const floatX *y = b + (size_t)row * C;
-        floatX *r = residual_out + (size_t)row * C;
-        for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-            X128 u = load128(x + c), v = load128(y + c), o;
-            for (int k = 0; k < X128::size; k++) o[k] = from_float<floatX>(to_float(u[k]) + to_float(v[k]));
-            store128(r + c, o);
-        }
-        x = r;  // this lane reads back only what it wrote itself
-    }
+    const floatX *y = b ? b + (size_t)row * C : NULL;
+    floatX *r = b ? residual_out + (size_t)row * C : NULL;
     float sum = 0.0f;
     for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-        X128 u = load128(x + c);
+        X128 u = load128cs(x + c);
+        if (y) {
+            // fused residual: res = a + b, rounded to floatX, is what gets normalised
+            X128 v = load128cs(y + c);
+            for (int k = 0; k < X128::size; k++) u[k] = from_float<floatX>(to_float(u[k]) + to_float(v[k]));
+            store128(r + c, u);
+        }
+        xs[c / X128::size] = u;
         for (int k = 0; k < X128::size; k++) sum += to_float(u[k]);
     }
     float m = warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-        X128 u = load128(x + c);
+        X128 u = xs[c / X128::size];
         for (int k = 0; k < X128::size; k++) { float d = to_float(u[k]) - m; var += d * d; }
     }
     float s = rsqrtf(warp_sum(var) / C + LN_EPS);
     floatX *o = out + (size_t)row * C;
     for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-        X128 u = load128(x + c), wv = load128(w + c), bv = load128(bias + c), r;
+        X128 u = xs[c / X128::size], wv = load128(w + c), bv = load128(bias + c), res;
         for (int k = 0; k < X128::size; k++)
-            r[k] = from_float<floatX>((to_float(u[k]) - m) * s * to_float(wv[k]) + to_float(bv[k]));
-        store128(o + c, r);
+            res[k] = from_float<floatX>((to_float(u[k]) - m) * s * to_float(wv[k]) + to_float(bv[k]));
+        store128(o + c, res);
     }
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
+
+#define LN_FWD_THREADS 256
+
+static void layernorm_forward_launch(floatX *residual_out, floatX *out, float *mean, float *rstd, const floatX *a,
+                                     const floatX *b, const floatX *w, const floatX *bias, int N, int C, cudaStream_t s) {
+    const int rows_per_block = LN_FWD_THREADS / 32;
+    size_t smem = (size_t)rows_per_block * C * sizeof(floatX);
+    static size_t smem_set = 0;
+    if (smem > 48 * 1024 && smem > smem_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), LN_FWD_THREADS, smem, s>>>(residual_out, out, mean, rstd, a,
+                                                                                      b, w, bias, N, C);
+    LAUNCH_CHECK();
 }
 
 // out = LN(inp)
 static void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *w,
                               const floatX *bias, int N, int C, cudaStream_t s) {
-    const int threads = 256, rows_per_block = threads / 32;
-    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), threads, 0, s>>>(NULL, out, mean, rstd, inp, NULL, w, bias, N, C);
-    LAUNCH_CHECK();
+    layernorm_forward_launch(NULL, out, mean, rstd, inp, NULL, w, bias, N, C, s);
 }
 
 // residual_out = a + b; out = LN(residual_out)
 static void fused_residual_layernorm_forward(floatX *residual_out, floatX *out, float *mean, float *rstd,
                                              const floatX *a, const floatX *b, const floatX *w, const floatX *bias,
                                              int N, int C, cudaStream_t s) {
-    const int threads = 256, rows_per_block = threads / 32;
-    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), threads, 0, s>>>(residual_out, out, mean, rstd, a, b, w, bias, N, C);
-    LAUNCH_CHECK();
-}
-
-// plain residual add (used when no layernorm follows)
-__global__ void residual_forward_kernel(floatX *out, const floatX *a, const floatX *b, long n) {
-    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * X128::size;
-    if (i >= n) return;
-    X128 u = load128(a + i), v = load128(b + i), o;
-    for (int k = 0; k < X128::size; k++) o[k] = from_float<floatX>(to_float(u[k]) + to_float(v[k]));
-    store128(out + i, o);
+    layernorm_forward_launch(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
 }
 
 // ---------------------------------------------------------------------------
@@ -81,11 +88,14 @@ __global__ void residual_forward_kernel(floatX *out, const floatX *a, const floa
 
 #define LN_BWD_WARPS 4
 
-// dynamic shared memory: LN_BWD_WARPS * 2C floats (per-warp dw, db accumulators)
+// dynamic shared memory: LN_BWD_WARPS * 2C floats (per-warp dw, db accumulators). They
+// are stored component-major (element k of vector j at k * C/X128::size + j), so the 32
+// lanes of a warp, which own consecutive vectors, touch consecutive banks.
 __global__ void layernorm_backward_kernel(floatX *dinp, float *partials, const floatX *dout, const floatX *inp,
                                           const floatX *w, const float *mean, const float *rstd, int N, int C) {
     extern __shared__ float smem[];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int nvec = C / X128::size;
     float *acc_w = smem + (size_t)warp * 2 * C, *acc_b = acc_w + C;
     for (int c = lane; c < 2 * C; c += 32) acc_w[c] = 0.0f;
     __syncwarp();
@@ -110,8 +120,8 @@ __global__ void layernorm_backward_kernel(floatX *dinp, float *partials, const f
             for (int k = 0; k < X128::size; k++) {
                 float n = (to_float(xv[k]) - m) * s, dd = to_float(dv[k]), dn = to_float(wv[k]) * dd;
                 g[k] = from_float<floatX>(to_float(g[k]) + (dn - sum_dn - n * sum_dn_n) * s);
-                acc_w[c + k] += n * dd;
-                acc_b[c + k] += dd;
+                acc_w[k * nvec + c / X128::size] += n * dd;
+                acc_b[k * nvec + c / X128::size] += dd;
             }
             store128(dx + c, g);
         }
@@ -120,20 +130,12 @@ __global__ void layernorm_backward_kernel(floatX *dinp, float *partials, const f
     // combine the warps in a fixed order, one partial row per block
     float *out = partials + (size_t)blockIdx.x * 2 * C;
     for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        int half = c < C ? 0 : C, cc = c - half;  // cc: channel; half: dw's or db's accumulator
+        int idx = half + (cc % X128::size) * nvec + cc / X128::size;
         float v = 0.0f;
-        for (int k = 0; k < LN_BWD_WARPS; k++) v += smem[(size_t)k * 2 * C + c];
+        for (int k = 0; k < LN_BWD_WARPS; k++) v += smem[(size_t)k * 2 * C + idx];
         out[c] = v;
     }
-}
-
-// dw[c] += sum over blocks of partials[blk][c], db likewise (fixed order)
-__global__ void layernorm_param_grad_kernel(floatX *dw, floatX *db, const float *partials, int nblocks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= 2 * C) return;
-    float v = 0.0f;
-    for (int k = 0; k < nblocks; k++) v += partials[(size_t)k * 2 * C + c];
-    floatX *dst = c < C ? dw + c : db + (c - C);
-    *dst = from_float<floatX>(to_float(*dst) + v);
 }
 
 // blocks used by the backward, and the fp32 scratch it needs (floats)
@@ -158,6 +160,5 @@ static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, float *scra
     }
     layernorm_backward_kernel<<<blocks, LN_BWD_WARPS * 32, shmem, s>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
     LAUNCH_CHECK();
-    layernorm_param_grad_kernel<<<ceil_div(2 * C, 256), 256, 0, s>>>(dw, db, scratch, blocks, C);
-    LAUNCH_CHECK();
+    add_partial_sums(dw, db, C, scratch, blocks, 2 * C, s);  // dw: columns [0, C), db: [C, 2C)
 }

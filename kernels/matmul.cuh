@@ -132,44 +132,51 @@ static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, con
 }
 
 // ---------------------------------------------------------------------------
-// bias gradient: dbias[oc] += sum_n dout[n, oc], deterministic (partials per row chunk,
-// then summed in a fixed order)
+// bias gradient: dbias[oc] += sum_n dout[n, oc], deterministic: each block sums a chunk
+// of rows for a tile of columns in a fixed order and writes one fp32 partial row; the
+// partial rows are then added in a fixed order (add_partial_sums). A block is 32 lanes
+// (X128 columns each: a 512-byte coalesced row segment per warp) x BIAS_BWD_WARPS warps
+// walking interleaved rows, so every SM has many independent loads in flight.
 
-#define BIAS_BWD_THREADS 128
-#define BIAS_BWD_CHUNKS 128
+#define BIAS_BWD_WARPS 8
+#define BIAS_BWD_CHUNKS 256
 
-__global__ void bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
-    int c = (blockIdx.x * blockDim.x + threadIdx.x) * X128::size;
-    if (c >= OC) return;
+__global__ void __launch_bounds__(32 * BIAS_BWD_WARPS)
+bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
+    constexpr int V = X128::size, TILE = 32 * V;
+    __shared__ float part[BIAS_BWD_WARPS][TILE];
+    int c = blockIdx.x * TILE + threadIdx.x * V;
     int rows_per = (N + gridDim.y - 1) / gridDim.y;
     int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
-    float acc[X128::size];
-    for (int k = 0; k < X128::size; k++) acc[k] = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        X128 d = load128(dout + (size_t)r * OC + c);
-        for (int k = 0; k < X128::size; k++) acc[k] += to_float(d[k]);
+    float acc[V];
+    for (int k = 0; k < V; k++) acc[k] = 0.0f;
+    if (c < OC) {
+#pragma unroll 4
+        for (int r = r0 + threadIdx.y; r < r1; r += BIAS_BWD_WARPS) {
+            X128 d = load128(dout + (size_t)r * OC + c);
+            for (int k = 0; k < V; k++) acc[k] += to_float(d[k]);
+        }
     }
-    float *p = partials + (size_t)blockIdx.y * OC + c;
-    for (int k = 0; k < X128::size; k++) p[k] = acc[k];
-}
-
-__global__ void bias_grad_reduce_kernel(floatX *dbias, const float *partials, int chunks, int OC) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= OC) return;
-    float v = 0.0f;
-    for (int k = 0; k < chunks; k++) v += partials[(size_t)k * OC + c];
-    dbias[c] = from_float<floatX>(to_float(dbias[c]) + v);
+    for (int k = 0; k < V; k++) part[threadIdx.y][threadIdx.x * V + k] = acc[k];
+    __syncthreads();
+    // the block's TILE columns, each summed over the warps in order
+    for (int t = threadIdx.y * 32 + threadIdx.x; t < TILE; t += 32 * BIAS_BWD_WARPS) {
+        int col = blockIdx.x * TILE + t;
+        if (col >= OC) continue;
+        float v = 0.0f;
+        for (int w = 0; w < BIAS_BWD_WARPS; w++) v += part[w][t];
+        partials[(size_t)blockIdx.y * OC + col] = v;
+    }
 }
 
 static size_t bias_grad_scratch_floats(int max_OC) { return (size_t)BIAS_BWD_CHUNKS * max_OC; }
 
 static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, cudaStream_t s) {
     int chunks = N < BIAS_BWD_CHUNKS ? N : BIAS_BWD_CHUNKS;
-    dim3 grid(ceil_div(OC / X128::size, BIAS_BWD_THREADS), chunks);
-    bias_grad_partial_kernel<<<grid, BIAS_BWD_THREADS, 0, s>>>(scratch, dout, N, OC);
+    dim3 grid(ceil_div(OC, 32 * X128::size), chunks);
+    bias_grad_partial_kernel<<<grid, dim3(32, BIAS_BWD_WARPS), 0, s>>>(scratch, dout, N, OC);
     LAUNCH_CHECK();
-    bias_grad_reduce_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(dbias, scratch, chunks, OC);
-    LAUNCH_CHECK();
+    add_partial_sums(dbias, dbias, OC, scratch, chunks, OC, s);
 }
 
 // dinp (N, C) = dout (N, OC) @ weight (OC, C)   [* gelu'(pre_gelu) if pre_gelu]  (written)

@@ -23,6 +23,11 @@ export PYTHONUNBUFFERED=1
 # FLAGS="...": extra options for every test_gpt2cu and resume run (e.g. FLAGS="-f -1")
 # QUICK=1: tests at the default settings only (no -r variants), then resume and
 #          determinism (section 5); no timing runs, no memory checker
+# the val shard is shorter than one B=64 T=1024 batch, so the d12 timing runs validate on
+# the train shard; the other runs use the real split
+TR_BIG="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin"
+TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
+
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
 # 1. references
 timeout 120 python3 dev/gpt2_ref.py --layers 2 --heads 4 --channels 128 --max-seq-len 64 --batch 4 --seq-len 32 \
@@ -50,14 +55,12 @@ done
 fi
 
 if [ "${QUICK:-0}" != 1 ]; then
-# 3. speed and memory: d12, B=64, T=1024, bf16 (the val shard is shorter than one
-# B=64 T=1024 batch, so validation reads the train shard here)
-TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin"
+# 3. speed and memory: d12, B=64, T=1024, bf16
 for r in 1 0 2 fp16; do
     steps=30; [ $r != 1 ] && steps=15
     exe=$BIN/train_gpt2cu
     if [ $r = fp16 ]; then exe=$BIN/train_gpt2cu_fp16; r=1; fi
-    timeout 200 $exe $TR -e d12 -b 64 -t 1024 -x $steps -r $r -l 6e-4 -u 5 -v 0 -m 2 -s 0 -g 16 \
+    timeout 200 $exe $TR_BIG -e d12 -b 64 -t 1024 -x $steps -r $r -l 6e-4 -u 5 -v 0 -m 2 -s 0 -g 16 \
         > "$W/tr.log" 2>&1
     rc=$?
     { echo "=== d12 -r $r (rc=$rc)"; cat "$W/tr.log"; } >> "$OUT/train.log"
@@ -68,11 +71,10 @@ for r in 1 0 2 fp16; do
 done
 
 # where the time goes (CUDA events per phase; the events cost a little time themselves)
-timeout 200 $BIN/train_gpt2cu $TR -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -u 5 -v 0 -m 2 -s 0 -g 0 --profile 1 \
+timeout 200 $BIN/train_gpt2cu $TR_BIG -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -u 5 -v 0 -m 2 -s 0 -g 0 --profile 1 \
     > "$W/tr.log" 2>&1
 { echo "=== d12 -r 1 --profile 1 (rc=$?)"; cat "$W/tr.log"; } >> "$OUT/train.log"
 sed -n '/^profile:/,/sum of phases/p' "$W/tr.log" | tee -a "$SUMMARY"
-TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
 
 # 4. gradient accumulation: 2 micro-steps of B=8 vs 1 of B=16 (same tokens per step)
 $BIN/train_gpt2cu $TR -e l4h4c256t256 -b 8 -t 256 -d 4096 -x 5 -l 1e-3 -v 0 -s 0 -g 0 > "$W/acc2.log" 2>&1

@@ -2,17 +2,27 @@
 # gpu_verify.sh: run THERE (the GPU machine), after scripts/gpu_carry.sh here. One call:
 # the flash attention kernel test, the trainer tests in every precision at a small shape
 # and d12 plus bit-exact resume (gpu_check.sh QUICK=1), then GPT-2 124M B=64 beside
-# the PyTorch baseline (bench_gpu.sh, d12 only). Pass trainer options for both the tests
-# and the benchmark in FLAGS (e.g. FLAGS="-f -1": flash attention where supported). Summaries print last; logs go to $OUT.
+# the PyTorch baseline (bench_gpu.sh, d12 only), then a per-phase profile of one d12
+# B=64 run. Pass trainer options for the tests, the benchmark and the profile in FLAGS
+# (e.g. FLAGS="-f -1": flash attention where supported); CU_R picks the recompute levels
+# timed (default 1). SKIP_TESTS=1 skips the tests. Summaries print last; logs go to $OUT.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_verify}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT/check" "$OUT/bench"
-timeout 60 .carry/bin/test_attention > "$OUT/attention.log" 2>&1
-echo "test_attention rc=$? $(tail -1 "$OUT/attention.log")"
-QUICK=1 BIN=.carry/bin DATA=.carry/ts OUT="$OUT/check" timeout 300 bash scripts/gpu_check.sh > /dev/null 2>&1
-CU=.carry/bin/train_gpt2cu CU_R=1 D24_BATCHES="" STEPS=30 BUDGET_S=200 OUT="$OUT/bench" \
+: > "$OUT/check/summary.txt"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    timeout 60 .carry/bin/test_attention > "$OUT/attention.log" 2>&1
+    echo "test_attention rc=$? $(tail -1 "$OUT/attention.log")"
+    QUICK=1 BIN=.carry/bin DATA=.carry/ts OUT="$OUT/check" timeout 300 bash scripts/gpu_check.sh > /dev/null 2>&1
+fi
+CU=.carry/bin/train_gpt2cu CU_R=${CU_R:-1} D24_BATCHES="" STEPS=30 BUDGET_S=200 OUT="$OUT/bench" \
     timeout 220 bash scripts/bench_gpu.sh > /dev/null 2>&1
+TR="-i .carry/ts/tiny_shakespeare_train_*.bin -j .carry/ts/tiny_shakespeare_train_*.bin"
+timeout 90 .carry/bin/train_gpt2cu $TR -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -v 0 -s 0 -g 0 --profile 1 \
+    ${FLAGS:-} > "$OUT/profile.log" 2>&1
 rm -f "$OUT/bench/logs.tar.gz" "$OUT/check/ref.log"
 echo "==== tests"; cat "$OUT/check/summary.txt"
+echo "==== profile (d12 B=64 -r 1 ${FLAGS:-})"; grep -E '^(memory|mean over|device memory)' "$OUT/profile.log"
+sed -n '/^profile:/,/sum of phases/p' "$OUT/profile.log"
 echo "==== benchmark"; cat "$OUT/bench/table.txt"
