@@ -19,8 +19,17 @@ endif
 NVCC ?= nvcc
 PRECISION ?= BF16
 NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -DPRECISION=$(PRECISION) -I.
-NVCC_LIBS = -lcublas -lcublasLt
+NVCC_LIBS = -lcublas -lcublasLt -lnccl
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
+MPICC ?= mpicc
+HAVE_MPI := $(shell command -v $(MPICC) 2>/dev/null)
+# MPI for nvcc: its C API only (OMPI_SKIP_MPICXX), and nvcc takes neither gcc's -Wl,a,b nor -pthread as they are
+NVCC_MPI_FIX = sed -e 's/-Wl,/-Xlinker /g' -e 's/-pthread/-Xcompiler -pthread/g'
+NVCC_MPI_COMPILE = $(shell $(MPICC) --showme:compile | $(NVCC_MPI_FIX))
+NVCC_MPI_LINK = $(shell $(MPICC) --showme:link | $(NVCC_MPI_FIX))
+# the GPU trainer takes its ranks from mpirun when built with MPI (else from the environment)
+NVCC_MPI = $(if $(HAVE_MPI),-DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE))
+NVCC_MPI_LIBS = $(if $(HAVE_MPI),$(NVCC_MPI_LINK))
 
 # the python that has PyTorch (Debian's python3-torch lives under /usr/bin/python3)
 PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
@@ -80,10 +89,13 @@ build/bench_sgemm: dev/bench_sgemm.c common/sgemm.h
 	@mkdir -p build
 	$(CC) $(CFLAGS) -o $@ dev/bench_sgemm.c $(LDLIBS) $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h),-DHAVE_CBLAS -lopenblas)
 
-MPICC ?= mpicc
 build/test_distributed: dev/test/test_distributed.c common/distributed.h $(COMMON_H)  ## multi-process logic under mpirun (ZeRO shards, collectives, batch split)
 	@mkdir -p build
 	$(MPICC) -std=c11 -O2 -Wall -Wextra -DUSE_MPI -I. -o $@ dev/test/test_distributed.c -lm
+
+build/test_comm: dev/test/test_comm.cu kernels/comm.cuh kernels/common.cuh $(COMMON_H)  ## GPU collectives (NCCL, MPI via host) vs a host reference, under mpirun (GPU)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE) -o $@ dev/test/test_comm.cu $(NVCC_LIBS) $(NVCC_MPI_LINK)
 
 UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
 
@@ -105,11 +117,11 @@ bench-cpu: train_gpt2 data  ## CPU trainer step time at d12, B=4, T=64
 
 cuda: train_gpt2cu test_gpt2cu $(if $(filter FP32,$(PRECISION)),,build/test_attention)  ## build the GPU trainer and its test (nvcc)
 
-train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer
-	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpt2.cu $(NVCC_LIBS)
+train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
-	$(NVCC) $(NVCC_FLAGS) -o $@ test_gpt2.cu $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/common.cuh  ## flash attention vs an fp32 reference, and its benchmark (GPU)
 	@mkdir -p build

@@ -640,7 +640,7 @@ int main(int argc, char **argv) {
     gpt2_build(&model, &cfg, params);
 
     TrainData data;
-    train_data_open(&data, &o, cfg.vocab_size);
+    train_data_open(&data, &o, cfg.vocab_size, 0, 1);
     const int accum = data.accum, max_steps = data.max_steps;
     AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
 
@@ -664,7 +664,7 @@ int main(int argc, char **argv) {
         printf("resumed from %s at step %d\n", o.out_dir, step);
     }
     Logger lg;
-    logger_init(&lg, o.out_dir, o.resume);
+    logger_init(&lg, o.out_dir, o.resume, 0);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));

@@ -8,6 +8,13 @@
 // them together and runs the training loop: forward, loss, backward, clip, update, log.
 // Flags and files are those of the CPU trainer (train_gpt2.c). test_gpt2.cu includes this
 // file with TESTING defined and checks it against the PyTorch reference.
+// Data parallel (mpirun -np N, or ranks from the environment): every rank holds the whole
+// model and trains on its part of each global batch; the gradients are summed across
+// ranks (kernels/comm.cuh) layer by layer on a communication stream while the backward
+// goes on. ZeRO-1 shards the optimizer state (AdamW moments, master weights) by tensor
+// slice (common/distributed.h): gradients are reduce-scattered, each rank updates its
+// chunks, the parameters are all-gathered. ZeRO-2 also shards the accumulated gradients:
+// each micro-step's gradients are reduce-scattered as the backward produces them.
 #include "common/util.h"
 #include "common/args.h"
 #include "common/checkpoint.h"
@@ -17,6 +24,7 @@
 #include "common/schedule.h"
 #include "common/tokenizer.h"
 #include "common/train_common.h"
+#include "common/distributed.h"
 #include <float.h>
 #include <math.h>
 
@@ -29,6 +37,7 @@
 #include "kernels/classifier.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/adamw.cuh"
+#include "kernels/comm.cuh"
 
 // Peak dense bf16 tensor throughput of an H100/H200 SXM (datasheet), the MFU denominator.
 #define GPU_PEAK_FLOPS_BF16 989e12
@@ -118,8 +127,20 @@ typedef struct {
     size_t param_sizes[NUM_PARAM_TENSORS], param_offsets[NUM_PARAM_TENSORS], num_params;
     floatX *params, *param[NUM_PARAM_TENSORS];  // device, checkpoint order
     floatX *grads, *grad[NUM_PARAM_TENSORS];
-    float *master;                              // fp32 master weights (NULL: none)
-    float *m, *v;                               // AdamW moments
+    float *master;                              // fp32 master weights (NULL: none), this rank's shard
+    float *m, *v;                               // AdamW moments, this rank's shard (zl.shard_elems)
+    floatX *gshard;                             // ZeRO-2: this rank's summed gradient chunks (zl.shard_elems)
+    // data parallel: this process is rank of world; the optimizer's layout is sharded over
+    // the ranks for ZeRO >= 1 (over one rank, i.e. unsharded, otherwise)
+    int rank, world, zero_stage;
+    ZeroLayout zl;
+    Comm *comm;                                 // NULL or world 1: no communication
+    cudaEvent_t ev_compute, ev_comm;            // orders the comm stream after compute and back
+    int last_micro;                             // 1 during the step's last micro-step (ZeRO 0/1 reduce then)
+    size_t grad_elems;                          // elements of the grads buffer (ZeRO-2: less than num_params)
+    floatX *grad_slot[2];                       // ZeRO-2: two layers' gradients (per-layer tensors only)
+    size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
+    cudaEvent_t ev_free[3];                     // ZeRO-2: slot 0, slot 1, wte/wpe/lnf gradients free again
     float *info;                                // device: [0] grad norm, [1] clip factor, [2] loss, [3] val loss
     int B, T, recompute;                        // activation capacity and recompute level
     int flash;                                  // 1: flash attention (see gpt2_build)
@@ -138,13 +159,36 @@ typedef struct {
 
 static size_t io_ints(int B, int T) { return (size_t)5 * B * T + 1; }
 
-static void gpt2_setup_layout(GPT2 *model) {
+// The parameter layout, and the optimizer's over `shard_world` ranks (1: unsharded).
+// Returns NULL, or why the model's slices cannot be sharded that way.
+static const char *gpt2_setup_layout(GPT2 *model, int shard_world) {
     gpt2_param_sizes(&model->config, model->param_sizes);
     model->num_params = 0;
+    int layers[NUM_PARAM_TENSORS];
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         model->param_offsets[i] = model->num_params;
         model->num_params += model->param_sizes[i];
+        layers[i] = gpt2_param_layers(&model->config, i);
     }
+    const char *bad = zero_layout_init(&model->zl, model->param_sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, shard_world);
+    if (bad) return bad;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)  // the kernels move 16-byte vectors of each chunk
+        if (model->zl.t[i].chunk % 8) return "a rank's chunk of some slice is not a multiple of 8 elements";
+    return NULL;
+}
+
+static int gpt2_distributed(const GPT2 *m) { return m->comm && m->comm->world > 1; }
+static int gpt2_zero2(const GPT2 *m) { return m->zero_stage == 2 && gpt2_distributed(m); }
+// the rank whose chunks this process's optimizer state holds (0 when unsharded)
+static int gpt2_shard_rank(const GPT2 *m) { return m->zl.world > 1 ? m->rank : 0; }
+
+// Where the gradient of tensor k's layer l lives. ZeRO-2 keeps no full gradient of the
+// per-layer tensors: the backward of layer l writes into slot l % 2, which is
+// reduce-scattered into the shard and cleared while layer l - 1 runs in the other slot.
+static floatX *grad_at(GPT2 *m, int k, int l) {
+    if (m->zl.t[k].layers == 1) return m->grad[k];
+    if (gpt2_zero2(m)) return m->grad_slot[l & 1] + m->slot_offsets[k];
+    return m->grad[k] + (size_t)l * m->zl.t[k].slice;
 }
 
 // host fp32 -> device floatX
@@ -196,35 +240,70 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
 // attention that stores the softmax matrix.
 static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int recompute, int use_master, int flash) {
     const GPT2Config *c = &model->config;
-    gpt2_setup_layout(model);
-    size_t n = model->num_params;
+    if (model->world < 1) model->world = 1;  // not distributed (tests)
+    int shard_world = model->zero_stage > 0 ? model->world : 1;
+    const char *bad = gpt2_setup_layout(model, shard_world);
+    if (bad) fatal("internal: ZeRO layout: %s", bad);  // main checks this before any GPU work
+    size_t n = model->num_params, ns = model->zl.shard_elems;
+    int shard_rank = gpt2_shard_rank(model);
     CUDA_CHECK(cudaStreamCreate(&model->stream));
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&model->num_sms, cudaDevAttrMultiProcessorCount, dev));
     matmul_init(model->stream);
+    CUDA_CHECK(cudaEventCreateWithFlags(&model->ev_compute, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&model->ev_comm, cudaEventDisableTiming));
 
     CUDA_CHECK(cudaMalloc(&model->params, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&model->grads, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMemset(model->grads, 0, n * sizeof(floatX)));
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        model->param[i] = model->params + model->param_offsets[i];
-        model->grad[i] = model->grads + model->param_offsets[i];
-    }
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) model->param[i] = model->params + model->param_offsets[i];
     upload_params(model->params, host_params, n);
+    // gradients: the whole model's, or (ZeRO-2) wte, wpe, lnf whole plus two layer slots
+    model->grad_elems = n;
+    model->slot_elems = 0;
+    if (gpt2_zero2(model)) {
+        model->grad_elems = 0;
+        for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+            if (model->zl.t[k].layers == 1) model->grad_elems += model->param_sizes[k];
+            else { model->slot_offsets[k] = model->slot_elems; model->slot_elems += model->zl.t[k].slice; }
+        }
+        model->grad_elems += 2 * model->slot_elems;
+    }
+    CUDA_CHECK(cudaMalloc(&model->grads, model->grad_elems * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(model->grads, 0, model->grad_elems * sizeof(floatX)));
+    if (gpt2_zero2(model)) {
+        size_t off = 0;
+        for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+            model->grad[k] = NULL;
+            if (model->zl.t[k].layers == 1) { model->grad[k] = model->grads + off; off += model->param_sizes[k]; }
+        }
+        model->grad_slot[0] = model->grads + off;
+        model->grad_slot[1] = model->grads + off + model->slot_elems;
+        for (int i = 0; i < 3; i++) CUDA_CHECK(cudaEventCreateWithFlags(&model->ev_free[i], cudaEventDisableTiming));
+        CUDA_CHECK(cudaMalloc(&model->gshard, ns * sizeof(floatX)));
+        CUDA_CHECK(cudaMemset(model->gshard, 0, ns * sizeof(floatX)));
+    } else {
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++) model->grad[i] = model->grads + model->param_offsets[i];
+    }
+    // the optimizer's state: this rank's chunks of every slice (everything when unsharded)
+    float *shard = NULL;
+    if (shard_world > 1) {
+        shard = (float *)xmalloc(ns * sizeof(float));
+        zero_gather_shard(&model->zl, shard_rank, host_params, shard);
+    }
     model->master = NULL;
 #if PRECISION != PRECISION_FP32
     if (use_master) {
-        CUDA_CHECK(cudaMalloc(&model->master, n * sizeof(float)));
-        CUDA_CHECK(cudaMemcpy(model->master, host_params, n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMalloc(&model->master, ns * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(model->master, shard ? shard : host_params, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
 #else
     (void)use_master;
 #endif
-    CUDA_CHECK(cudaMalloc(&model->m, n * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&model->v, n * sizeof(float)));
-    CUDA_CHECK(cudaMemset(model->m, 0, n * sizeof(float)));
-    CUDA_CHECK(cudaMemset(model->v, 0, n * sizeof(float)));
+    free(shard);
+    CUDA_CHECK(cudaMalloc(&model->m, ns * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&model->v, ns * sizeof(float)));
+    CUDA_CHECK(cudaMemset(model->m, 0, ns * sizeof(float)));
+    CUDA_CHECK(cudaMemset(model->v, 0, ns * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&model->info, 8 * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->info, 0, 8 * sizeof(float)));
 
@@ -248,7 +327,8 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     }
     size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
     if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
-    if ((size_t)NORM_BLOCKS > fscratch) fscratch = NORM_BLOCKS;
+    size_t norm_partials = (size_t)NORM_BLOCKS_X * (2 + 2 + 12 * (size_t)c->num_layers);  // grad_sumsq, every tensor
+    if (norm_partials > fscratch) fscratch = norm_partials;
 
     struct { void **ptr; size_t bytes; } plan[] = {
         {(void **)&model->acts.ln1, Lln * BT * C * sizeof(floatX)},
@@ -310,10 +390,13 @@ static void gpt2_free(GPT2 *model) {
                     a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->encoded, a->attproj, a->fcproj, a->lnf,
                     a->lnf_mean, a->lnf_rstd, a->logits, a->losses, a->dresidual, a->dln, a->datty, a->dfch,
                     a->dqkv, a->attn_scratch, a->lse, a->flash_scratch, a->fscratch, model->params, model->grads, model->master, model->m,
-                    model->v, model->info, model->d_io};
+                    model->v, model->info, model->d_io, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
     for (int i = 0; i < 2; i++) { cudaFreeHost(model->h_io[i]); cudaEventDestroy(model->io_done[i]); }
     free(model->bucket_counts);
+    cudaEventDestroy(model->ev_compute);
+    cudaEventDestroy(model->ev_comm);
+    if (gpt2_zero2(model)) for (int i = 0; i < 3; i++) cudaEventDestroy(model->ev_free[i]);
     matmul_free();
     cudaStreamDestroy(model->stream);
 }
@@ -402,6 +485,50 @@ static void gpt2_loss(GPT2 *model, float *loss_acc, float loss_scale, int write_
     prof_end(PH_CLASSIFIER, s);
 }
 
+// ----------------------------------------------------------------------------
+// Communication between the ranks: the comm stream is ordered after the compute stream
+// (and back) with events, so the compute stream never waits on the host.
+
+static void comm_after_compute(GPT2 *m) {
+    CUDA_CHECK(cudaEventRecord(m->ev_compute, m->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->comm->stream, m->ev_compute, 0));
+}
+static void compute_after_comm(GPT2 *m) {
+    CUDA_CHECK(cudaEventRecord(m->ev_comm, m->comm->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->ev_comm, 0));
+}
+
+// Sums the gradients of layer l (l = -1: wte, wpe, lnf) across the ranks, as soon as the
+// backward has written them. ZeRO-0: all-reduce; ZeRO-1: reduce-scatter in place (each
+// rank's chunks hold the sums); both once per step, in its last micro-step. ZeRO-2: every
+// micro-step, reduce-scatter, add the rank's chunks to its gradient shard and clear the
+// layer's slot for reuse.
+static void gpt2_reduce_grads(GPT2 *m, int l) {
+    if (!gpt2_distributed(m) || (!m->last_micro && !gpt2_zero2(m))) return;
+    Comm *c = m->comm;
+    int rank = m->rank;
+    comm_after_compute(m);
+    comm_group_start(c);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        const ZeroTensor *t = &m->zl.t[k];
+        if ((l < 0) != (t->layers == 1)) continue;
+        floatX *g = grad_at(m, k, l < 0 ? 0 : l);
+        if (m->zero_stage == 0) comm_allreduce_sum(c, g, t->slice);
+        else comm_reduce_scatter_sum(c, g, g + (size_t)rank * t->chunk, t->chunk);
+    }
+    comm_group_end(c);
+    if (!gpt2_zero2(m)) return;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        const ZeroTensor *t = &m->zl.t[k];
+        if ((l < 0) != (t->layers == 1)) continue;
+        floatX *g = grad_at(m, k, l < 0 ? 0 : l);
+        grad_shard_accumulate(m->gshard + t->shard_offset + (size_t)(l < 0 ? 0 : l) * t->chunk, g + (size_t)rank * t->chunk,
+                              t->chunk, c->stream);
+        CUDA_CHECK(cudaMemsetAsync(g, 0, t->slice * sizeof(floatX), c->stream));
+    }
+    CUDA_CHECK(cudaEventRecord(m->ev_free[l < 0 ? 2 : (l & 1)], c->stream));
+}
+
 // Backward of the last forward at full capacity (B, T), after gpt2_loss(write_grad=1).
 // Gradients accumulate into model->grads.
 static void gpt2_backward(GPT2 *model) {
@@ -414,6 +541,7 @@ static void gpt2_backward(GPT2 *model) {
     float *fs = a->fscratch;
     int r = model->recompute, sms = model->num_sms;
 
+    if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[2], 0));  // last micro-step's reduce-scatter
     // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
     PROF(PH_MATMUL, matmul_backward(a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, (int)N, C, Vp, s));
     CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, N * C * sizeof(floatX), s));
@@ -428,57 +556,126 @@ static void gpt2_backward(GPT2 *model) {
         floatX *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + (r >= 1 ? 0 : l * N * 4 * C);
         float *ln1_mean = a->ln1_mean + l * N, *ln1_rstd = a->ln1_rstd + l * N;
         float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
+        if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[l & 1], 0));  // slot of layer l + 2 sent
 
         // recompute what forward did not keep
         if (r >= 1) PROF(PH_GELU, gelu_forward(fch_gelu, fch, (long)N * 4 * C, s));
         if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
 
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        PROF(PH_MATMUL, matmul_backward(a->dfch, g[P_FCPROJW] + (size_t)l * C * 4 * C, g[P_FCPROJB] + l * C, fs, a->dresidual, fch_gelu,
+        PROF(PH_MATMUL, matmul_backward(a->dfch, grad_at(model, P_FCPROJW, l), grad_at(model, P_FCPROJB, l), fs, a->dresidual, fch_gelu,
                         p[P_FCPROJW] + (size_t)l * C * 4 * C, fch, (int)N, 4 * C, C, s));  // dfch includes gelu'
-        PROF(PH_MATMUL, matmul_backward(a->dln, g[P_FCW] + (size_t)l * 4 * C * C, g[P_FCB] + l * 4 * C, fs, a->dfch, ln2,
+        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_FCW, l), grad_at(model, P_FCB, l), fs, a->dfch, ln2,
                         p[P_FCW] + (size_t)l * 4 * C * C, NULL, (int)N, C, 4 * C, s));
-        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, fs, a->dln, residual2, p[P_LN2W] + l * C,
+        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN2W, l), grad_at(model, P_LN2B, l), fs, a->dln, residual2, p[P_LN2W] + l * C,
                            ln2_mean, ln2_rstd, (int)N, C, sms, s));
 
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)N, C, s));
-        PROF(PH_MATMUL, matmul_backward(a->datty, g[P_ATTPROJW] + (size_t)l * C * C, g[P_ATTPROJB] + l * C, fs, a->dresidual, atty,
+        PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), grad_at(model, P_ATTPROJB, l), fs, a->dresidual, atty,
                         p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C, s));
         if (model->flash)
             PROF(PH_ATTENTION, flash_attention_backward(a->dqkv, a->datty, qkv, atty, a->lse + (size_t)l * B * NH * T,
                                                         a->flash_scratch, B, T, C, NH, s));
         else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
-        PROF(PH_MATMUL, matmul_backward(a->dln, g[P_QKVW] + (size_t)l * 3 * C * C, g[P_QKVB] + l * 3 * C, fs, a->dqkv, ln1,
+        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), grad_at(model, P_QKVB, l), fs, a->dqkv, ln1,
                         p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
-        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, fs, a->dln, residual, p[P_LN1W] + l * C,
+        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN1W, l), grad_at(model, P_LN1B, l), fs, a->dln, residual, p[P_LN1W] + l * C,
                            ln1_mean, ln1_rstd, (int)N, C, sms, s));
+        gpt2_reduce_grads(model, l);  // layer l's gradients are final: send them while layer l - 1 runs
     }
     int cap = B * T;
     PROF(PH_ENCODER, encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, model->d_io + 2 * cap, model->d_io + 3 * cap,
                      model->d_io + 4 * cap, model->nb, B, T, C, s));
+    gpt2_reduce_grads(model, -1);
 }
 
 static void gpt2_zero_grad(GPT2 *model) {
-    CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->num_params * sizeof(floatX), model->stream));
+    CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->grad_elems * sizeof(floatX), model->stream));
+    if (model->gshard) CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
+}
+
+// The step's loss, accumulated on each rank over its tokens (already divided by the
+// world size), summed across the ranks: every rank then logs and checks the same value.
+static void gpt2_reduce_loss(GPT2 *model, float *loss) {
+    if (!gpt2_distributed(model)) return;
+    comm_after_compute(model);
+    comm_allreduce_sum_f32(model->comm, loss, 1);
+    compute_after_comm(model);
+}
+
+// The runs of tensor k this rank updates (see kernels/adamw.cuh): its chunk of every
+// layer's slice under ZeRO, the whole tensor otherwise. *grads, *grad_stride: where their
+// summed gradients are (the gradient buffer, or ZeRO-2's compact shard).
+typedef struct {
+    int slabs;
+    size_t len, stride, first, shard_offset;  // first: index in the tensor of the run's first element
+    const floatX *grads;
+    size_t grad_stride;
+} UpdateRuns;
+
+static UpdateRuns gpt2_update_runs(GPT2 *m, int k) {
+    const ZeroTensor *t = &m->zl.t[k];
+    UpdateRuns u;
+    u.shard_offset = t->shard_offset;
+    if (m->zl.world == 1) {  // unsharded: the tensor is one run
+        u.slabs = 1;
+        u.len = u.stride = u.grad_stride = m->param_sizes[k];
+        u.first = 0;
+        u.grads = m->grad[k];
+        return u;
+    }
+    u.slabs = t->layers;
+    u.len = t->chunk;
+    u.stride = t->slice;
+    u.first = (size_t)m->rank * t->chunk;
+    if (gpt2_zero2(m)) { u.grads = m->gshard + t->shard_offset; u.grad_stride = t->chunk; }
+    else { u.grads = m->grad[k] + u.first; u.grad_stride = t->slice; }
+    return u;
 }
 
 // Global norm, clip factor and AdamW, all on the device (t counts from 1). The loss of
 // the step must already be in info[2]; a non-finite loss or norm skips the update there.
+// Under ZeRO each rank updates its chunks, then the ranks all-gather the parameters.
 static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
     cudaStream_t s = model->stream;
+    if (gpt2_distributed(model)) compute_after_comm(model);  // the backward's gradient reductions
     prof_begin(s);
-    global_norm(model->info, model->acts.fscratch, model->grads, model->num_params, h->grad_clip,
-                1.0f / model->loss_scale, s);
+    float *partials = model->acts.fscratch;
+    int nparts = 0;
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
-        size_t off = model->param_offsets[k];
+        UpdateRuns u = gpt2_update_runs(model, k);
+        nparts += grad_sumsq(partials + nparts, u.grads, u.slabs, u.len, u.grad_stride, s);
+    }
+    grad_sumsq_total(model->info, partials, nparts, s);
+    if (model->zl.world > 1) {  // each rank summed its chunks: add the ranks' sums
+        comm_after_compute(model);
+        comm_allreduce_sum_f32(model->comm, model->info + 4, 1);
+        compute_after_comm(model);
+    }
+    grad_norm_finish(model->info, h->grad_clip, 1.0f / model->loss_scale, s);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        UpdateRuns u = gpt2_update_runs(model, k);
         float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
         uint32_t seed = (uint32_t)(t * 0x9E3779B1u) ^ (uint32_t)(k * 0x85EBCA77u);
-        adamw_update(model->params + off, model->master ? model->master + off : NULL, model->grads + off,
-                     model->m + off, model->v + off, model->param_sizes[k], h->lr, h->beta1, h->beta2, t, h->eps, wd,
-                     model->info, seed, s);
+        adamw_update(model->param[k] + u.first, model->master ? model->master + u.shard_offset : NULL, u.grads,
+                     u.grad_stride, model->m + u.shard_offset, model->v + u.shard_offset, u.slabs, u.len, u.stride,
+                     u.first, h->lr, h->beta1, h->beta2, t, h->eps, wd, model->info, seed, s);
     }
     prof_end(PH_UPDATE, s);
+    if (model->zl.world > 1) {  // every rank's updated chunks to every rank
+        comm_after_compute(model);
+        comm_group_start(model->comm);
+        for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+            const ZeroTensor *zt = &model->zl.t[k];
+            for (int l = 0; l < zt->layers; l++) {
+                floatX *slice = model->param[k] + (size_t)l * zt->slice;
+                comm_allgather(model->comm, slice + (size_t)model->rank * zt->chunk, slice, zt->chunk);
+            }
+        }
+        comm_group_end(model->comm);
+        compute_after_comm(model);
+    }
 }
 
 #ifndef TESTING
@@ -521,35 +718,58 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
 // (AdamW moments, fp32 master weights, step, RNG, data loader position). The state is
 // written last, so a step whose state file exists has a complete checkpoint.
 
+// The state file of a shard: rank 0's is state_<step>.bin (the one -y 1 looks for), the
+// other ranks' under ZeRO state_<step>.rank<r>.bin beside it. Without ZeRO every rank's
+// state is the same, so only rank 0 writes it and every rank reads that one.
+static void state_path_for_rank(const char *dir, int step, int rank, char *path, size_t cap) {
+    if (rank == 0) snprintf(path, cap, "%s/state_%08d.bin", dir, step);
+    else snprintf(path, cap, "%s/state_%08d.rank%d.bin", dir, step, rank);
+}
+
+// Every rank has reached this point (collective; nothing to do for one rank).
+static void gpt2_barrier(GPT2 *model) {
+    if (!gpt2_distributed(model)) return;
+    comm_allreduce_sum_f32(model->comm, model->info + 5, 1);
+    CUDA_CHECK(cudaStreamSynchronize(model->comm->stream));
+}
+
 static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
-    size_t n = model->num_params;
+    int shard_rank = gpt2_shard_rank(model);
+    state_path_for_rank(dir, step, shard_rank, sp, sizeof sp);
+    size_t n = model->num_params, ns = model->zl.shard_elems;
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
-    float *host = (float *)xmalloc(n * sizeof(float));
-    download_floatX(host, model->params, n);
-    gpt2_checkpoint_write(mp, &model->config, host, PRECISION == PRECISION_BF16);
+    float *host = (float *)xmalloc((n > ns ? n : ns) * sizeof(float));
+    if (model->rank == 0) {  // every rank holds the same parameters
+        download_floatX(host, model->params, n);
+        gpt2_checkpoint_write(mp, &model->config, host, PRECISION == PRECISION_BF16);
+    }
     TrainState s;
     memset(&s, 0, sizeof s);
     s.step = step;
-    s.world_size = 1;
+    s.world_size = model->world;
+    s.rank = shard_rank;
     s.rng = rng;
     s.loss_scale = model->loss_scale;
     s.loss_scale_good_steps = model->loss_scale_good_steps;
     DataLoaderPos pos = dataloader_get_pos(loader);
     memcpy(s.loader_pos, &pos, sizeof pos);
     s.loader_pos_bytes = (int)sizeof pos;
-    s.n = n;
-    s.m = (float *)xmalloc(n * sizeof(float));
-    s.v = (float *)xmalloc(n * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(s.m, model->m, n * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(s.v, model->v, n * sizeof(float), cudaMemcpyDeviceToHost));
+    s.n = ns;
+    s.m = (float *)xmalloc(ns * sizeof(float));
+    s.v = (float *)xmalloc(ns * sizeof(float));
     s.master = NULL;
+    CUDA_CHECK(cudaMemcpy(s.m, model->m, ns * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(s.v, model->v, ns * sizeof(float), cudaMemcpyDeviceToHost));
     if (model->master) {
         s.master = host;  // reuse the buffer
-        CUDA_CHECK(cudaMemcpy(s.master, model->master, n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(s.master, model->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
     }
-    train_state_write(sp, &s);
+    // rank 0's state file marks the checkpoint complete, so it is written after the others'
+    if (shard_rank != 0) train_state_write(sp, &s);
+    gpt2_barrier(model);
+    if (model->rank == 0) train_state_write(sp, &s);
     free(s.m);
     free(s.v);
     free(host);
@@ -558,24 +778,26 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
 static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t *rng) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    state_path_for_rank(dir, step, gpt2_shard_rank(model), sp, sizeof sp);
     GPT2Config cfg;
     float *params = gpt2_checkpoint_read(mp, &cfg);
     if (memcmp(&cfg, &model->config, sizeof cfg) != 0)
         fatal("%s holds a different model shape than -e gave; resume with the same model", mp);
-    size_t n = model->num_params;
+    size_t n = model->num_params, ns = model->zl.shard_elems;
     upload_params(model->params, params, n);
     TrainState s;
     memset(&s, 0, sizeof s);
-    s.world_size = 1;
+    s.world_size = model->world;
+    s.rank = gpt2_shard_rank(model);
     s.loader_pos_bytes = (int)sizeof(DataLoaderPos);
-    s.n = n;
-    s.m = (float *)xmalloc(n * sizeof(float));
-    s.v = (float *)xmalloc(n * sizeof(float));
-    s.master = model->master ? params : NULL;  // reuse the buffer
+    s.n = ns;
+    s.m = (float *)xmalloc(ns * sizeof(float));
+    s.v = (float *)xmalloc(ns * sizeof(float));
+    s.master = model->master ? params : NULL;  // reuse the buffer (ns <= n)
     train_state_read(sp, &s);
-    CUDA_CHECK(cudaMemcpy(model->m, s.m, n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(model->v, s.v, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (model->master) CUDA_CHECK(cudaMemcpy(model->master, s.master, n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(model->m, s.m, ns * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(model->v, s.v, ns * sizeof(float), cudaMemcpyHostToDevice));
+    if (model->master) CUDA_CHECK(cudaMemcpy(model->master, s.master, ns * sizeof(float), cudaMemcpyHostToDevice));
     DataLoaderPos pos;
     memcpy(&pos, s.loader_pos, sizeof pos);
     dataloader_set_pos(loader, pos);
@@ -593,6 +815,8 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
 // ----------------------------------------------------------------------------
 // Main
 
+// Mean loss over max_batches (-1: all) validation batches; each rank evaluates its part
+// of every batch and the ranks' sums are added.
 static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs, int *targets) {
     dataloader_reset(val);
     int64_t n = dataloader_batches_per_epoch(val);
@@ -604,8 +828,9 @@ static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs
         dataloader_next(val, inputs, targets);
         gpt2_upload_batch(model, inputs, targets, B, T);
         gpt2_forward(model, B, T);
-        gpt2_loss(model, acc, 1.0f / ((float)B * T * (float)n), 0, B, T);
+        gpt2_loss(model, acc, 1.0f / ((float)B * T * (float)n * (float)model->world), 0, B, T);
     }
+    gpt2_reduce_loss(model, acc);
     float loss;
     CUDA_CHECK(cudaMemcpyAsync(&loss, acc, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
@@ -618,23 +843,51 @@ static size_t device_used_bytes(void) {
     return total_b - free_b;
 }
 
+// The start-of-run memory breakdown (this rank's), with what ZeRO saves per rank.
+static void print_memory(const GPT2 *model, size_t in_use) {
+    double mib = 1.0 / (1024.0 * 1024.0);
+    size_t np = model->num_params, ns = model->zl.shard_elems;
+    size_t grad_bytes = model->grad_elems * sizeof(floatX) + (model->gshard ? ns * sizeof(floatX) : 0);
+    size_t opt_bytes = (model->master ? ns * 4 : 0) + ns * 8;
+    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB, "
+           "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
+           np * sizeof(floatX) * mib, grad_bytes * mib, model->master ? ns * 4 * mib : 0.0, ns * 8 * mib,
+           model->act_bytes * mib, model->scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
+    if (model->world > 1) {
+        size_t full_opt = (model->master ? np * 4 : 0) + np * 8, full_grad = np * sizeof(floatX);
+        printf("data parallel: %d ranks (%s), ZeRO-%d: per rank, optimizer state %.0f MiB (unsharded %.0f, saves %.0f), "
+               "gradients %.0f MiB (unsharded %.0f, saves %.0f)\n",
+               model->world, comm_backend_name(model->comm->backend), model->zero_stage, opt_bytes * mib,
+               full_opt * mib, (full_opt - opt_bytes) * mib, grad_bytes * mib, full_grad * mib,
+               full_grad > grad_bytes ? (full_grad - grad_bytes) * mib : 0.0);
+    }
+}
+
 int main(int argc, char **argv) {
+    ProcessGroup pg;
+    pg_init(&pg, &argc, &argv);
+    const int rank0 = pg.rank == 0;
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
     float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 8];
+    const char *comm_name = "nccl";
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 9];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
     specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T matrix, -1: flash where supported");
     specs[nspecs++] = arg_spec("-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)");
-    specs[nspecs++] = arg_spec("-z", "--zero-stage", ARG_INT, &zero_stage, "ZeRO stage (single GPU: 0 only for now)");
+    specs[nspecs++] = arg_spec("-z", "--zero-stage", ARG_INT, &zero_stage, "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the gradients");
+    specs[nspecs++] = arg_spec(NULL, "--comm", ARG_STRING, &comm_name, "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; ranks may share a GPU: for tests)");
     specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
     specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z, "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
     specs[nspecs++] = arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end");
     args_parse(argc, argv, specs, nspecs,
-               "usage: train_gpt2cu [options]\n\nTrains GPT-2 on one NVIDIA GPU (" PRECISION_NAME " build).");
+               "usage: train_gpt2cu [options]\n"
+               "       mpirun -np N train_gpt2cu [options]     (N ranks, one GPU each)\n\n"
+               "Trains GPT-2 on NVIDIA GPUs (" PRECISION_NAME " build). Several ranks come from mpirun or from the\n"
+               "environment (RANK, WORLD_SIZE, LOCAL_RANK, with GPT2_NCCL_ID_FILE naming a file all ranks see).");
 
     // validate everything before any GPU work
     train_options_validate(&o);
@@ -643,7 +896,9 @@ int main(int argc, char **argv) {
     if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
     if (flash == 1 && PRECISION == PRECISION_FP32) fatal("-f 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use -f 0");
     if (master_weights != 0 && master_weights != 1) fatal("-w must be 0 or 1");
-    if (zero_stage != 0) fatal("-z %d: ZeRO needs several GPUs (multi-GPU is not implemented yet); use -z 0", zero_stage);
+    if (zero_stage < 0 || zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", zero_stage);
+    int backend = comm_backend_parse(comm_name);
+    if (backend != COMM_BACKEND_NCCL && backend != COMM_BACKEND_MPI) fatal("--comm must be nccl or mpi, got '%s'", comm_name);
     if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
     if (fuse_gelu != 0 && fuse_gelu != 1) fatal("--fuse-gelu must be 0 or 1");
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
@@ -652,6 +907,9 @@ int main(int argc, char **argv) {
     GPT2Config cfg;
     float *host_params = gpt2_params_from_model_arg(o.model_arg, T, (uint64_t)o.seed, &cfg);
     model.config = cfg;
+    model.rank = pg.rank;
+    model.world = pg.world;
+    model.zero_stage = pg.world > 1 ? zero_stage : 0;  // one rank: nothing to shard
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use -f 0", o.model_arg,
@@ -659,9 +917,12 @@ int main(int argc, char **argv) {
     if (cfg.channels % 8 || (cfg.channels / cfg.num_heads) % 8)
         fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
+    const char *bad = gpt2_setup_layout(&model, model.zero_stage > 0 ? pg.world : 1);
+    if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides channels/8 (%d), or -z 0", zero_stage,
+                   pg.world, bad, cfg.channels / 8);
 
     TrainData data;
-    train_data_open(&data, &o, cfg.vocab_size);
+    train_data_open(&data, &o, cfg.vocab_size, pg.rank, pg.world);
     const int accum = data.accum, max_steps = data.max_steps;
     AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
     int resume_step = -1;
@@ -673,30 +934,36 @@ int main(int argc, char **argv) {
         if (!file_exists(mp)) fatal("-y 1: %s has %s but not %s", o.out_dir, sp, mp);
     }
 
-    // GPU from here on
+    // GPU from here on: rank r takes GPU local_rank (NCCL: one each; MPI backend: shared)
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count < 1) fatal("no CUDA device found");
+    if (pg.world > 1 && backend == COMM_BACKEND_NCCL && pg.local_rank >= dev_count)
+        fatal("rank %d is local rank %d on a node with %d GPU(s): NCCL needs one GPU per rank; launch at most %d "
+              "ranks per node (or --comm mpi to let ranks share GPUs, for tests)", pg.rank, pg.local_rank, dev_count,
+              dev_count);
+    int dev = pg.local_rank % dev_count;
+    CUDA_CHECK(cudaSetDevice(dev));
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     size_t used0 = device_used_bytes();
+    Comm comm;
+    comm_init(&comm, &pg, pg.world > 1 ? backend : COMM_BACKEND_NONE);
+    model.comm = &comm;
     g_fuse_gelu = fuse_gelu;
     gpt2_build(&model, host_params, B, T, recompute, master_weights, flash);
     free(host_params);
 
     double mib = 1.0 / (1024.0 * 1024.0);
-    size_t np = model.num_params;
-    printf("device: %s, %d SMs, %.0f MiB; precision %s\n", prop.name, prop.multiProcessorCount,
-           prop.totalGlobalMem * mib, PRECISION_NAME);
-    printf("model: L=%d H=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
-           cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, gpt2_num_real_params(&cfg) / 1e6);
-    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB, "
-           "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
-           np * sizeof(floatX) * mib, np * sizeof(floatX) * mib, model.master ? np * 4 * mib : 0.0, np * 8 * mib,
-           model.act_bytes * mib, model.scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib,
-           (device_used_bytes() - used0) * mib);
-    printf("training: B=%d T=%d, %d micro-steps per step (%d tokens), %d steps, lr %g (%s), recompute %d, gelu %s%s\n",
-           B, T, accum, o.total_batch, max_steps, o.lr, o.sched_name, recompute, g_fuse_gelu ? "fused" : "separate",
-           PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
+    if (rank0) {
+        printf("device: %s, %d SMs, %.0f MiB; precision %s\n", prop.name, prop.multiProcessorCount,
+               prop.totalGlobalMem * mib, PRECISION_NAME);
+        printf("model: L=%d H=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
+               cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, gpt2_num_real_params(&cfg) / 1e6);
+        print_memory(&model, device_used_bytes() - used0);
+        printf("training: B=%d T=%d x %d rank(s), %d micro-steps per step (%d tokens), %d steps, lr %g (%s), "
+               "recompute %d, gelu %s%s\n", B, T, pg.world, accum, o.total_batch, max_steps, o.lr, o.sched_name,
+               recompute, g_fuse_gelu ? "fused" : "separate", PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
+    }
 
     uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);
     int start_step = 0;
@@ -704,15 +971,17 @@ int main(int argc, char **argv) {
         int step = resume_step;
         load_checkpoint(&model, &data.train, o.out_dir, step, &rng);
         start_step = step;
-        printf("resumed from %s at step %d\n", o.out_dir, step);
+        if (rank0) printf("resumed from %s at step %d\n", o.out_dir, step);
     }
     Logger lg;
-    logger_init(&lg, o.out_dir, o.resume);
+    logger_init(&lg, o.out_dir, o.resume, !rank0);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
-    float loss_scale = 1.0f / ((float)B * T * accum);  // mean over positions and micro-steps
+    double peak_flops = GPU_PEAK_FLOPS_BF16 * pg.world;  // MFU is per GPU
+    // the mean over positions, micro-steps and ranks (the ranks' losses and gradients are summed)
+    float loss_scale = 1.0f / ((float)B * T * accum * pg.world);
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
@@ -721,7 +990,8 @@ int main(int argc, char **argv) {
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
         g_prof.active = profile;
-        // forward and backward over the micro-steps, gradients accumulating
+        // forward and backward over the micro-steps, gradients accumulating; the backward
+        // of the last one also sums them across the ranks (every micro-step under ZeRO-2)
         gpt2_zero_grad(&model);
         CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
@@ -729,8 +999,10 @@ int main(int argc, char **argv) {
             gpt2_upload_batch(&model, inputs, targets, B, T);
             gpt2_forward(&model, B, T);
             gpt2_loss(&model, model.info + 2, loss_scale, 1, B, T);
+            model.last_micro = micro == accum - 1;
             gpt2_backward(&model);
         }
+        gpt2_reduce_loss(&model, model.info + 2);
         // clip and update (skipped on the device if the loss or the norm is not finite)
         opt.lr = lr_at_step(&data.sched, step);
         gpt2_update(&model, &opt, step + 1);
@@ -743,10 +1015,10 @@ int main(int argc, char **argv) {
         if (step - start_step >= 10) { sum_dt += dt; timed_steps++; }  // steady state: from the 11th step on
         logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
                       step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt,
-                      100.0 * flops_per_step / dt / GPU_PEAK_FLOPS_BF16);
+                      100.0 * flops_per_step / dt / peak_flops);
         if (!isfinite(loss) || !isfinite(norm))
             logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
-        if (PRECISION == PRECISION_FP16) {  // dynamic loss scaling
+        if (PRECISION == PRECISION_FP16) {  // dynamic loss scaling (every rank sees the same norm)
             if (!isfinite(norm) && isfinite(loss)) {
                 model.loss_scale = fmaxf(model.loss_scale * 0.5f, 1.0f);
                 model.loss_scale_good_steps = 0;
@@ -763,20 +1035,20 @@ int main(int argc, char **argv) {
             float vl = evaluate(&model, &data.val, o.val_batches, inputs, targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
-        if (o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last))
+        if (rank0 && o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last))
             gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
         if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
             save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
-            printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
+            if (rank0) printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
     }
     size_t u = device_used_bytes();
     if (u > peak_used) peak_used = u;
-    if (timed_steps > 0)
+    if (rank0 && timed_steps > 0)
         printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", start_step + 11, max_steps,
                1e3 * sum_dt / timed_steps, o.total_batch * timed_steps / sum_dt,
-               100.0 * flops_per_step * timed_steps / sum_dt / GPU_PEAK_FLOPS_BF16);
-    if (profile && g_prof.steps > 0) {
+               100.0 * flops_per_step * timed_steps / sum_dt / peak_flops);
+    if (rank0 && profile && g_prof.steps > 0) {
         double sum = 0.0;
         printf("profile: mean ms per step over %d steps (CUDA events; excludes the first step)%s\n", g_prof.steps,
                g_prof.dropped ? " [some phases dropped: event pool full]" : "");
@@ -786,12 +1058,16 @@ int main(int argc, char **argv) {
         }
         printf("  %-22s %8.2f ms\n", "sum of phases", sum);
     }
-    printf("device memory in use at peak (cudaMemGetInfo, this process and context): %.0f MiB\n", (peak_used - used0) * mib);
+    if (rank0)
+        printf("device memory in use at peak (cudaMemGetInfo, this process and context%s): %.0f MiB\n",
+               pg.world > 1 ? ", rank 0" : "", (peak_used - used0) * mib);
     free(inputs);
     free(targets);
     logger_close(&lg);
     train_data_close(&data);
     gpt2_free(&model);
+    comm_free(&comm);
+    pg_finalize(&pg);
     return 0;
 }
 #endif // TESTING

@@ -75,6 +75,12 @@ static inline int gpt2_param_is_decayed(int tensor) {
            tensor == P_FCW || tensor == P_FCPROJW;
 }
 
+// Slices per tensor: the per-layer tensors hold num_layers equal slices, wte, wpe and
+// lnf one (ZeRO shards every slice, see common/distributed.h).
+static inline int gpt2_param_layers(const GPT2Config *c, int tensor) {
+    return (tensor == P_WTE || tensor == P_WPE || tensor == P_LNFW || tensor == P_LNFB) ? 1 : c->num_layers;
+}
+
 // Training FLOPs per token, forward + backward (PaLM convention, SPEC §7), for sequence T.
 static inline double gpt2_flops_per_token(const GPT2Config *c, int T) {
     return 6.0 * (double)gpt2_num_real_params(c) +

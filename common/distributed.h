@@ -4,7 +4,7 @@
 // CPU tests of the multi-process logic use).
 //
 // Launch: with -DUSE_MPI (build with mpicc), `mpirun -np N prog` gives rank and world
-// from MPI. Without MPI, a scheduler may set RANK, WORLD_SIZE and LOCAL_RANK in the
+// from MPI. Otherwise a scheduler may set RANK, WORLD_SIZE and LOCAL_RANK in the
 // environment (torchrun's names); with none of them set the process is rank 0 of 1.
 //
 // The collectives are deterministic: every sum is taken over the ranks in rank order,
@@ -30,19 +30,33 @@ static inline int env_int(const char *name, int fallback) {
     return (int)v;
 }
 
+// Launched by an MPI launcher? (Open MPI's mpirun, Hydra/MPICH and Slurm's PMI/PMIx each
+// set one of these.) Otherwise MPI is not initialised at all, so a plain single-process
+// run needs no MPI runtime, and a scheduler can hand out ranks through the environment.
+static inline int pg_launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
     memset(pg, 0, sizeof *pg);
 #ifdef USE_MPI
-    MPI_Init(argc, argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &pg->world);
-    pg->using_mpi = 1;
-    // ranks on the same node, in rank order: the local rank picks the GPU
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &pg->local_rank);
-    MPI_Comm_free(&node);
+    if (pg_launched_by_mpi()) {
+        MPI_Init(argc, argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &pg->world);
+        pg->using_mpi = 1;
+        // ranks on the same node, in rank order: the local rank picks the GPU
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &pg->local_rank);
+        MPI_Comm_free(&node);
+        return;
+    }
 #else
+    if (pg_launched_by_mpi() && getenv("WORLD_SIZE") == NULL)
+        fatal("launched by mpirun, but this program was built without MPI: rebuild with mpicc available (make), "
+              "or launch the ranks with RANK, WORLD_SIZE and LOCAL_RANK set");
+#endif
     (void)argc;
     (void)argv;
     pg->world = env_int("WORLD_SIZE", 1);
@@ -50,7 +64,6 @@ static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
     pg->local_rank = env_int("LOCAL_RANK", pg->rank);
     if (pg->world < 1) fatal("WORLD_SIZE must be at least 1, got %d", pg->world);
     if (pg->rank >= pg->world) fatal("RANK=%d must be below WORLD_SIZE=%d", pg->rank, pg->world);
-#endif
 }
 
 static inline void pg_finalize(ProcessGroup *pg) {
@@ -92,6 +105,85 @@ static inline void zero_shard_range(const ShardLayout *l, int rank, size_t *star
 }
 
 // ---------------------------------------------------------------------------
+// ZeRO over tensor slices (what the GPU trainer uses). The parameters are tensors of
+// `layers` equal slices each (one per transformer layer, or one for wte/wpe/lnf); every
+// slice is split into `world` equal chunks and rank r owns chunk r of every slice. A
+// layer's gradients can then be reduce-scattered as soon as its backward is done, and a
+// rank's optimizer state is the compact concatenation of its chunks, tensor by tensor.
+
+#define ZERO_MAX_TENSORS 32
+
+typedef struct {
+    size_t offset;        // first element of the tensor in the flat parameter buffer
+    size_t slice;         // elements per slice (per layer)
+    size_t chunk;         // slice / world: elements a rank owns per slice
+    size_t shard_offset;  // first element of this tensor's chunks in the rank's compact state
+    int layers;           // slices in the tensor
+} ZeroTensor;
+
+typedef struct {
+    int ntensors, world;
+    ZeroTensor t[ZERO_MAX_TENSORS];
+    size_t n;            // all parameters
+    size_t shard_elems;  // compact state per rank: sum over tensors of layers * chunk
+} ZeroLayout;
+
+// sizes[k]: elements of tensor k; layers[k]: its slices; names[k] (or NULL) for messages.
+// world = 1 gives the unsharded layout. Returns NULL on success, else a message naming
+// the first tensor whose slices do not divide.
+static inline const char *zero_layout_init(ZeroLayout *z, const size_t *sizes, const int *layers,
+                                           const char *const *names, int ntensors, int world) {
+    static char msg[160];
+    if (ntensors < 1 || ntensors > ZERO_MAX_TENSORS || world < 1) fatal("internal: zero_layout_init(%d tensors, world %d)", ntensors, world);
+    memset(z, 0, sizeof *z);
+    z->ntensors = ntensors;
+    z->world = world;
+    for (int k = 0; k < ntensors; k++) {
+        ZeroTensor *t = &z->t[k];
+        if (layers[k] < 1 || sizes[k] % (size_t)layers[k]) fatal("internal: tensor %d of %zu elements in %d slices", k, sizes[k], layers[k]);
+        t->offset = z->n;
+        t->layers = layers[k];
+        t->slice = sizes[k] / (size_t)layers[k];
+        if (t->slice % (size_t)world) {
+            if (names) snprintf(msg, sizeof msg, "%s's slices of %zu elements do not split into %d equal parts", names[k], t->slice, world);
+            else snprintf(msg, sizeof msg, "tensor %d's slices of %zu elements do not split into %d equal parts", k, t->slice, world);
+            return msg;
+        }
+        t->chunk = t->slice / (size_t)world;
+        t->shard_offset = z->shard_elems;
+        z->n += sizes[k];
+        z->shard_elems += (size_t)t->layers * t->chunk;
+    }
+    return NULL;
+}
+
+// Flat parameter index of element i (0 <= i < layers * chunk) of rank's chunks of tensor t.
+static inline size_t zero_owned_index(const ZeroTensor *t, int rank, size_t i) {
+    size_t l = i / t->chunk, j = i % t->chunk;
+    return t->offset + l * t->slice + (size_t)rank * t->chunk + j;
+}
+
+// Copies rank's elements of the flat array `full` (z->n) into its compact shard (z->shard_elems).
+static inline void zero_gather_shard(const ZeroLayout *z, int rank, const float *full, float *shard) {
+    for (int k = 0; k < z->ntensors; k++) {
+        const ZeroTensor *t = &z->t[k];
+        for (int l = 0; l < t->layers; l++)
+            memcpy(shard + t->shard_offset + (size_t)l * t->chunk, full + t->offset + (size_t)l * t->slice + (size_t)rank * t->chunk,
+                   t->chunk * sizeof(float));
+    }
+}
+
+// The inverse: writes rank's compact shard into its places of the flat array `full`.
+static inline void zero_scatter_shard(const ZeroLayout *z, int rank, const float *shard, float *full) {
+    for (int k = 0; k < z->ntensors; k++) {
+        const ZeroTensor *t = &z->t[k];
+        for (int l = 0; l < t->layers; l++)
+            memcpy(full + t->offset + (size_t)l * t->slice + (size_t)rank * t->chunk, shard + t->shard_offset + (size_t)l * t->chunk,
+                   t->chunk * sizeof(float));
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Host-memory collectives (MPI). With one process they are copies.
 
 #ifdef USE_MPI
@@ -110,15 +202,17 @@ static inline void pg_reduce_scatter_sum(const ProcessGroup *pg, const ShardLayo
         return;
     }
 #ifdef USE_MPI
-    float *recv = (float *)xmalloc(sh * (size_t)pg->world * sizeof(float));
-    MPI_Alltoall(in, mpi_count(sh), MPI_FLOAT, recv, mpi_count(sh), MPI_FLOAT, MPI_COMM_WORLD);
-    for (size_t i = 0; i < sh; i++) out[i] = recv[i];
-    for (int r = 1; r < pg->world; r++)
-        for (size_t i = 0; i < sh; i++) out[i] += recv[(size_t)r * sh + i];
-    free(recv);
-#else
-    fatal("collectives across %d processes need the MPI build (built with -DUSE_MPI, launched with mpirun)", pg->world);
+    if (pg->using_mpi) {
+        float *recv = (float *)xmalloc(sh * (size_t)pg->world * sizeof(float));
+        MPI_Alltoall(in, mpi_count(sh), MPI_FLOAT, recv, mpi_count(sh), MPI_FLOAT, MPI_COMM_WORLD);
+        for (size_t i = 0; i < sh; i++) out[i] = recv[i];
+        for (int r = 1; r < pg->world; r++)
+            for (size_t i = 0; i < sh; i++) out[i] += recv[(size_t)r * sh + i];
+        free(recv);
+        return;
+    }
 #endif
+    fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
 }
 
 // out[padded_total] = every rank's shard[shard_elems], in rank order.
@@ -129,10 +223,12 @@ static inline void pg_allgather(const ProcessGroup *pg, const ShardLayout *l, co
         return;
     }
 #ifdef USE_MPI
-    MPI_Allgather(shard, mpi_count(sh), MPI_FLOAT, out, mpi_count(sh), MPI_FLOAT, MPI_COMM_WORLD);
-#else
-    fatal("collectives across %d processes need the MPI build (built with -DUSE_MPI, launched with mpirun)", pg->world);
+    if (pg->using_mpi) {
+        MPI_Allgather(shard, mpi_count(sh), MPI_FLOAT, out, mpi_count(sh), MPI_FLOAT, MPI_COMM_WORLD);
+        return;
+    }
 #endif
+    fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
 }
 
 // buf[padded_total] = the rank-ordered sum of every rank's buf: reduce-scatter, then
@@ -148,13 +244,13 @@ static inline void pg_allreduce_sum(const ProcessGroup *pg, const ShardLayout *l
 // Sum of one int over the ranks (e.g. failure counts).
 static inline long pg_sum_long(const ProcessGroup *pg, long v) {
 #ifdef USE_MPI
-    if (pg->world > 1) {
+    if (pg->world > 1 && pg->using_mpi) {
         long total = 0;
         MPI_Allreduce(&v, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         return total;
     }
 #endif
-    (void)pg;
+    if (pg->world > 1) fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
     return v;
 }
 

@@ -7,11 +7,14 @@
 
 typedef struct {
     FILE *f;
+    int quiet;  // 1: print nothing (the ranks other than 0 of a multi-process run)
 } Logger;
 
-static inline void logger_init(Logger *lg, const char *dir, int append) {
+// quiet: print and write nothing (then dir is ignored)
+static inline void logger_init(Logger *lg, const char *dir, int append, int quiet) {
     lg->f = NULL;
-    if (!dir) return;
+    lg->quiet = quiet;
+    if (!dir || quiet) return;
     char path[4096];
     snprintf(path, sizeof path, "%s/main.log", dir);
     lg->f = xfopen(path, append ? "a" : "w");
@@ -19,6 +22,7 @@ static inline void logger_init(Logger *lg, const char *dir, int append) {
 
 __attribute__((format(printf, 2, 3)))
 static inline void logger_printf(Logger *lg, const char *fmt, ...) {
+    if (lg->quiet) return;
     va_list ap;
     va_start(ap, fmt);
     vprintf(fmt, ap);

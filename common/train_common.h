@@ -178,12 +178,17 @@ typedef struct {
     LRSchedule sched;
 } TrainData;
 
-static inline void train_data_open(TrainData *d, const TrainOptions *o, int vocab_size) {
+// rank of world: each rank's loaders read its part of every global batch (B*T*world
+// tokens); o->total_batch must be a multiple of that.
+static inline void train_data_open(TrainData *d, const TrainOptions *o, int vocab_size, int rank, int world) {
+    if (o->total_batch % ((long)o->B * o->T * world))
+        fatal("-d (total batch size) must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens, got %d", o->B, o->T, world,
+              (long)o->B * o->T * world, o->total_batch);
     tokenizer_init(&d->tok, o->tokenizer_dir);
-    dataloader_init(&d->train, o->train_pattern, o->B, o->T, 0, 1, o->shuffle, (uint64_t)o->seed, vocab_size);
+    dataloader_init(&d->train, o->train_pattern, o->B, o->T, rank, world, o->shuffle, (uint64_t)o->seed, vocab_size);
     d->have_val = o->val_pattern && *o->val_pattern;
-    if (d->have_val) dataloader_init(&d->val, o->val_pattern, o->B, o->T, 0, 1, 0, 0, vocab_size);
-    d->accum = o->total_batch / (o->B * o->T);
+    if (d->have_val) dataloader_init(&d->val, o->val_pattern, o->B, o->T, rank, world, 0, 0, vocab_size);
+    d->accum = (int)(o->total_batch / ((long)o->B * o->T * world));
     d->max_steps = o->max_steps;
     if (d->max_steps < 0) {  // one epoch
         d->max_steps = (int)(dataloader_batches_per_epoch(&d->train) / d->accum);

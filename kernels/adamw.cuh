@@ -1,42 +1,62 @@
-// kernels/adamw.cuh: fused AdamW over one parameter tensor.
+// kernels/adamw.cuh: fused AdamW over the elements of one parameter tensor that this rank
+// updates.
 //   g = grad * clip;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   w -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + wd * w)
-// w is the fp32 master weight when master != NULL (bf16 build), written back to the
+// w is the fp32 master weight when master != NULL (bf16/fp16 builds), written back to the
 // floatX parameter with stochastic rounding; in the fp32 build the parameter is w.
+// The elements come as `slabs` runs of `len` (one run per layer under ZeRO: this rank's
+// chunk of each layer's slice; one run of the whole tensor without ZeRO): run s starts at
+// params + s * stride, at grads + s * grad_stride (stride, or len for ZeRO-2's compact
+// gradient shard) and at m/v/master + s * len (the rank's compact state).
 // The update is skipped on the device when the step's loss or gradient norm is not
 // finite (info: [0] norm, [1] clip factor, [2] loss), so the host never waits for it.
 #pragma once
 #include "common.cuh"
 
-__global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, float *m, float *v, size_t n,
-                             float lr, float beta1, float beta2, float bc1, float bc2, float eps, float wd,
-                             const float *info, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+// grid (ceil(len / blockDim.x), slabs). seed_index0: the index within the tensor of the
+// run's first element at s = 0 (the rounding noise hashes the index within the tensor,
+// so a sharded run rounds every element exactly as an unsharded one).
+__global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
+                             size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2, float bc1,
+                             float bc2, float eps, float wd, const float *info, uint32_t seed) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= len) return;
     float norm = info[0], clip = info[1], loss = info[2];
     if (!isfinite(norm) || !isfinite(loss)) return;
-    float g = to_float(grads[i]) * clip;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float w = master ? master[i] : to_float(params[i]);
+    size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
+    float g = to_float(grads[(size_t)blockIdx.y * grad_stride + j]) * clip;
+    float mi = beta1 * m[q] + (1.0f - beta1) * g;
+    float vi = beta2 * v[q] + (1.0f - beta2) * g * g;
+    m[q] = mi;
+    v[q] = vi;
+    float w = master ? master[q] : to_float(params[p]);
     w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w);
-    if (master) master[i] = w;
-    stochastic_round(w, &params[i], hash_u32((uint32_t)i, seed));
+    if (master) master[q] = w;
+    stochastic_round(w, &params[p], hash_u32((uint32_t)(seed_index0 + p), seed));
 }
 
-// master fp32 <- floatX params (once, at start)
-__global__ void copy_to_float_kernel(float *dst, const floatX *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = to_float(src[i]);
-}
-
-static void adamw_update(floatX *params, float *master, const floatX *grads, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, int t, float eps, float wd, const float *info,
-                         uint32_t seed, cudaStream_t s) {
+static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
+                         int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2, int t,
+                         float eps, float wd, const float *info, uint32_t seed, cudaStream_t s) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    adamw_kernel<<<ceil_div((long)n, 512), 512, 0, s>>>(params, master, grads, m, v, n, lr, beta1, beta2, bc1, bc2,
-                                                        eps, wd, info, seed);
+    dim3 grid(ceil_div((long)len, 512), slabs);
+    adamw_kernel<<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr, beta1, beta2, bc1,
+                                      bc2, eps, wd, info, seed);
+    LAUNCH_CHECK();
+}
+
+// ZeRO-2: shard[i] += chunk[i] (a layer's reduce-scattered gradient chunk added to the
+// rank's accumulated gradient shard), fp32 arithmetic, one rounding
+__global__ void grad_shard_accumulate_kernel(floatX *shard, const floatX *chunk, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128::size;
+    if (i >= n) return;
+    X128 a = load128(shard + i), b = load128(chunk + i);
+    for (int k = 0; k < X128::size; k++) a[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+    store128(shard + i, a);
+}
+
+// n: a multiple of X128::size, both pointers 16-byte aligned
+static void grad_shard_accumulate(floatX *shard, const floatX *chunk, size_t n, cudaStream_t s) {
+    grad_shard_accumulate_kernel<<<ceil_div((long)(n / X128::size), 256), 256, 0, s>>>(shard, chunk, n);
     LAUNCH_CHECK();
 }

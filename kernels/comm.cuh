@@ -9,6 +9,7 @@
 // With one rank every call is a no-op (or a device copy where in != out) and neither NCCL
 // nor MPI is touched. Every call is issued on Comm.stream, a non-blocking stream: callers
 // order it after their compute stream with events, and their compute after it likewise.
+// NCCL calls can be captured in a CUDA graph; the MPI backend's cannot (it waits on the host).
 #pragma once
 #include "common.cuh"
 #include "../common/distributed.h"
@@ -150,7 +151,10 @@ static void comm_grow_pinned(Comm *c, void **p, size_t *cap, size_t bytes) {
     if (*p) CUDA_CHECK(cudaFreeHost(*p));
     *p = NULL;
     *cap = 0;
-    CUDA_CHECK(cudaMallocHost(p, bytes));
+    cudaError_t e = cudaMallocHost(p, bytes);
+    if (e != cudaSuccess)  // CUDA_CHECK's advice is about device memory; this is host memory
+        fatal("cannot allocate %zu bytes of pinned host memory for the MPI communication backend: %s", bytes,
+              cudaGetErrorString(e));
     *cap = bytes;
 }
 

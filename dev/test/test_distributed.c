@@ -97,7 +97,7 @@ static void test_batch_split(void) {
         atomic_commit(&a);
     }
 #ifdef USE_MPI
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_pg.using_mpi) MPI_Barrier(MPI_COMM_WORLD);
 #endif
     DataLoader mine, all;
     dataloader_init(&mine, path, B, T, g_pg.rank, world, 1, 7, 50257);
@@ -132,12 +132,52 @@ static void test_checkpoint_gather(void) {
     const char *path = "build/test_distributed_model.bin";
     if (g_pg.rank == 0) gpt2_checkpoint_write(path, &c, gathered, 0);
 #ifdef USE_MPI
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_pg.using_mpi) MPI_Barrier(MPI_COMM_WORLD);
 #endif
     GPT2Config rc;
     float *back = gpt2_checkpoint_read(path, &rc);
     CHECK(memcmp(back, full, n * sizeof(float)) == 0, "gathered checkpoint differs from the unsharded weights");
     free(back); free(full); free(shard); free(gathered);
+}
+
+// the slice layout the GPU trainer shards by: every rank's chunks, scattered back, tile
+// the flat parameters exactly once; zero_owned_index agrees with the gather; the GPT-2
+// shape refuses a world size that does not divide its slices
+static void test_zero_slices(void) {
+    GPT2Config c = {64, 1000, 256, 3, 4, 96};
+    size_t sizes[NUM_PARAM_TENSORS];
+    int layers[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(&c, sizes);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) layers[k] = gpt2_param_layers(&c, k);
+    int world = g_pg.world;
+    ZeroLayout z;
+    const char *bad = zero_layout_init(&z, sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, world);
+    CHECK(bad == NULL, "world %d should divide C=96's slices: %s", world, bad ? bad : "");
+    if (bad) return;
+    size_t n = gpt2_num_params(&c);
+    CHECK(z.n == n && z.shard_elems * (size_t)world == n, "shard %zu x %d ranks != %zu parameters", z.shard_elems, world, n);
+    float *full = (float *)xmalloc(n * sizeof(float)), *back = (float *)xmalloc(n * sizeof(float));
+    float *shard = (float *)xmalloc(z.shard_elems * sizeof(float));
+    int *hits = (int *)xcalloc(n, sizeof(int));
+    rank_values(7, full, n);
+    for (size_t i = 0; i < n; i++) back[i] = NAN;
+    for (int r = 0; r < world; r++) {
+        zero_gather_shard(&z, r, full, shard);
+        for (int k = 0; k < z.ntensors; k++)
+            for (size_t i = 0; i < (size_t)z.t[k].layers * z.t[k].chunk; i++) {
+                size_t p = zero_owned_index(&z.t[k], r, i);
+                hits[p]++;
+                CHECK(shard[z.t[k].shard_offset + i] == full[p], "rank %d tensor %d element %zu: index map differs from the gather", r, k, i);
+            }
+        zero_scatter_shard(&z, r, shard, back);
+    }
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += hits[i] != 1;
+    CHECK(wrong == 0, "%zu parameters owned by other than exactly one rank", wrong);
+    CHECK(memcmp(back, full, n * sizeof(float)) == 0, "scattered shards differ from the flat parameters");
+    ZeroLayout z7;
+    CHECK(zero_layout_init(&z7, sizes, layers, NULL, NUM_PARAM_TENSORS, 7) != NULL, "7 ranks cannot split C=96 slices, must be refused");
+    free(full); free(back); free(shard); free(hits);
 }
 
 int main(int argc, char **argv) {
@@ -148,6 +188,7 @@ int main(int argc, char **argv) {
     run_case("deterministic reduce-scatter and allreduce == serial sum", test_collectives);
     run_case("data loader: rank parts == the single-process global batch", test_batch_split);
     run_case("sharded weights gathered into one checkpoint", test_checkpoint_gather);
+    run_case("ZeRO slices: rank chunks tile the parameters, index map == gather", test_zero_slices);
     int failed = g_failed;
     if (g_pg.rank == 0) printf("%d passed, %d failed\n", g_passed, g_failed);
     pg_finalize(&g_pg);

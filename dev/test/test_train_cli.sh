@@ -39,7 +39,22 @@ for TRAINER in $trainers; do
     expect_error "resume without -o" "-y" $SMALL -y 1
     expect_error "corrupt checkpoint" "junk.bin" -e $W/junk.bin
 done
-[ -x ./train_gpt2cu ] || echo "(train_gpt2cu not built: its command-line checks skipped)"
+if [ -x ./train_gpt2cu ]; then
+    # the GPU trainer's own flags, and multi-rank settings (ranks from the environment, as a
+    # scheduler would give them; refused before any GPU or network work)
+    TRAINER=./train_gpt2cu
+    expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
+    expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
+    export WORLD_SIZE=2 RANK=0
+    expect_error "total batch not a multiple of B*T*ranks" "B*T*ranks" $SMALL -d 32
+    export WORLD_SIZE=3
+    expect_error "ZeRO slices that do not split over the ranks" "-z 1 with 3 ranks" $SMALL -d 96 -z 1
+    export WORLD_SIZE=2 RANK=2
+    expect_error "rank outside the world" "RANK=2" $SMALL
+    unset WORLD_SIZE RANK
+else
+    echo "(train_gpt2cu not built: its command-line checks skipped)"
+fi
 
 # a short run: the loss must fall
 ./train_gpt2 $SMALL -x 15 -l 3e-3 > $W/short.txt 2>&1 || bad "short run exited non-zero"
