@@ -327,7 +327,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     }
     size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
     if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
-    size_t norm_partials = (size_t)NORM_BLOCKS_X * (2 + 2 + 12 * (size_t)c->num_layers);  // grad_sumsq, every tensor
+    size_t norm_partials = (size_t)NORM_MAX_BLOCKS * (4 + 12 * (size_t)c->num_layers);  // grad_sumsq, every run
     if (norm_partials > fscratch) fscratch = norm_partials;
 
     struct { void **ptr; size_t bytes; } plan[] = {

@@ -12,8 +12,15 @@
 #pragma once
 #include "common.cuh"
 
-#define NORM_BLOCKS_X 32   // blocks per run; partials per tensor = NORM_BLOCKS_X * slabs
 #define NORM_THREADS 512
+#define NORM_MAX_BLOCKS 256  // blocks per run, at most; partials per tensor = blocks * slabs
+
+// blocks per run of len elements: about 16 vectors per thread, fixed by the size alone
+// (so the summation order, and the norm, is the same in every run)
+static int grad_sumsq_blocks(size_t len) {
+    size_t b = (len + (size_t)NORM_THREADS * X128::size * 16 - 1) / ((size_t)NORM_THREADS * X128::size * 16);
+    return b < 1 ? 1 : b > NORM_MAX_BLOCKS ? NORM_MAX_BLOCKS : (int)b;
+}
 
 // grid (NORM_BLOCKS_X, slabs): run s is g + s * stride, len elements (len % X128::size == 0)
 __global__ void grad_sumsq_kernel(float *partials, const floatX *g, size_t len, size_t stride) {
@@ -41,11 +48,12 @@ __global__ void grad_norm_finish_kernel(float *info, float grad_clip, float inv_
     info[1] = inv_scale * ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f);
 }
 
-// Writes NORM_BLOCKS_X * slabs partials at partials; returns how many.
+// Writes grad_sumsq_blocks(len) * slabs partials at partials; returns how many.
 static int grad_sumsq(float *partials, const floatX *g, int slabs, size_t len, size_t stride, cudaStream_t s) {
-    grad_sumsq_kernel<<<dim3(NORM_BLOCKS_X, slabs), NORM_THREADS, 0, s>>>(partials, g, len, stride);
+    int bx = grad_sumsq_blocks(len);
+    grad_sumsq_kernel<<<dim3(bx, slabs), NORM_THREADS, 0, s>>>(partials, g, len, stride);
     LAUNCH_CHECK();
-    return NORM_BLOCKS_X * slabs;
+    return bx * slabs;
 }
 static void grad_sumsq_total(float *info, const float *partials, int nparts, cudaStream_t s) {
     grad_sumsq_total_kernel<<<1, 1024, 0, s>>>(info, partials, nparts);

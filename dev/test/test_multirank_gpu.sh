@@ -4,8 +4,9 @@
 #   - the collectives themselves (test_comm, 1/2/4 ranks);
 #   - an N-rank run (N = 2, 4) matches the 1-rank run with the same total batch (through
 #     gradient accumulation) within bf16 tolerance, at ZeRO 0, 1 and 2;
-#   - ZeRO-1 repeats ZeRO-0 bit for bit (the same rank-ordered sums), and with one
-#     micro-step per rank ZeRO-2 does too;
+#   - ZeRO-1 and ZeRO-2 match ZeRO-0 within bf16 tolerance (the gradients are the same
+#     rank-ordered sums, but the gradient norm is summed in another order: each rank's
+#     chunks, then across ranks, so the clip factor differs in its last bits);
 #   - a run repeats itself bit for bit; a 2-rank run resumed from its step-10 checkpoint
 #     repeats the uninterrupted run (ZeRO 0, 1, 2); the model file of a ZeRO run loads in
 #     a single-GPU run and gives the same validation loss.
@@ -63,10 +64,10 @@ for z in 0 1 2; do
     close r1 r2z$z 2e-2 "2 ranks ZeRO-$z vs 1 rank (accumulation 4 vs 2)"
     close r1 r4z$z 2e-2 "4 ranks ZeRO-$z vs 1 rank (accumulation 4 vs 1)"
 done
-same r2z0 r2z1 "2 ranks: ZeRO-1 == ZeRO-0"
+close r2z0 r2z1 2e-2 "2 ranks: ZeRO-1 vs ZeRO-0"
 close r2z0 r2z2 2e-2 "2 ranks: ZeRO-2 vs ZeRO-0 (gradients summed per micro-step)"
-same r4z0 r4z1 "4 ranks: ZeRO-1 == ZeRO-0"
-same r4z0 r4z2 "4 ranks, one micro-step: ZeRO-2 == ZeRO-0"
+close r4z0 r4z1 2e-2 "4 ranks: ZeRO-1 vs ZeRO-0"
+same r4z1 r4z2 "4 ranks, one micro-step: ZeRO-2 == ZeRO-1 (the same sums, the same norm)"
 grep -m1 '^data parallel' "$W/r4z2.log" | sed 's/^/     /'
 train r2z1_again 2 $R -x 12 -v 4 -z 1
 same r2z1 r2z1_again "2 ranks ZeRO-1, run twice: deterministic"
