@@ -899,6 +899,12 @@ int main(int argc, char **argv) {
     if (zero_stage < 0 || zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", zero_stage);
     int backend = comm_backend_parse(comm_name);
     if (backend != COMM_BACKEND_NCCL && backend != COMM_BACKEND_MPI) fatal("--comm must be nccl or mpi, got '%s'", comm_name);
+    if (pg.world > 1 && !pg.using_mpi) {  // ranks from the environment: what the backends need
+        if (backend == COMM_BACKEND_MPI) fatal("--comm mpi needs the ranks launched by mpirun; use --comm nccl");
+        if (!getenv("GPT2_NCCL_ID_FILE"))
+            fatal("%d ranks from the environment (WORLD_SIZE) need GPT2_NCCL_ID_FILE: a path on a file system every "
+                  "rank sees, fresh for each launch (rank 0 writes NCCL's id there); or launch with mpirun", pg.world);
+    }
     if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
     if (fuse_gelu != 0 && fuse_gelu != 1) fatal("--fuse-gelu must be 0 or 1");
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");

@@ -46,12 +46,15 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     export WORLD_SIZE=2 RANK=0
+    expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
+    expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi
+    export GPT2_NCCL_ID_FILE=$W/nccl_id
     expect_error "total batch not a multiple of B*T*ranks" "B*T*ranks" $SMALL -d 32
     export WORLD_SIZE=3
     expect_error "ZeRO slices that do not split over the ranks" "-z 1 with 3 ranks" $SMALL -d 96 -z 1
     export WORLD_SIZE=2 RANK=2
     expect_error "rank outside the world" "RANK=2" $SMALL
-    unset WORLD_SIZE RANK
+    unset WORLD_SIZE RANK GPT2_NCCL_ID_FILE
 else
     echo "(train_gpt2cu not built: its command-line checks skipped)"
 fi
