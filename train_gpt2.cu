@@ -170,11 +170,7 @@ static const char *gpt2_setup_layout(GPT2 *model, int shard_world) {
         model->num_params += model->param_sizes[i];
         layers[i] = gpt2_param_layers(&model->config, i);
     }
-    const char *bad = zero_layout_init(&model->zl, model->param_sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, shard_world);
-    if (bad) return bad;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++)  // the kernels move 16-byte vectors of each chunk
-        if (model->zl.t[i].chunk % 8) return "a rank's chunk of some slice is not a multiple of 8 elements";
-    return NULL;
+    return zero_layout_init(&model->zl, model->param_sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, shard_world);
 }
 
 static int gpt2_distributed(const GPT2 *m) { return m->comm && m->comm->world > 1; }
@@ -737,6 +733,10 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     int shard_rank = gpt2_shard_rank(model);
+    if (shard_rank == 0 && model->rank != 0) {  // unsharded: rank 0 writes everything
+        gpt2_barrier(model);
+        return;
+    }
     state_path_for_rank(dir, step, shard_rank, sp, sizeof sp);
     size_t n = model->num_params, ns = model->zl.shard_elems;
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
@@ -901,7 +901,8 @@ int main(int argc, char **argv) {
     if (backend != COMM_BACKEND_NCCL && backend != COMM_BACKEND_MPI) fatal("--comm must be nccl or mpi, got '%s'", comm_name);
     if (pg.world > 1 && !pg.using_mpi) {  // ranks from the environment: what the backends need
         if (backend == COMM_BACKEND_MPI) fatal("--comm mpi needs the ranks launched by mpirun; use --comm nccl");
-        if (!getenv("GPT2_NCCL_ID_FILE"))
+        const char *id_file = getenv("GPT2_NCCL_ID_FILE");
+        if (!id_file || !*id_file)
             fatal("%d ranks from the environment (WORLD_SIZE) need GPT2_NCCL_ID_FILE: a path on a file system every "
                   "rank sees, fresh for each launch (rank 0 writes NCCL's id there); or launch with mpirun", pg.world);
     }
@@ -924,8 +925,8 @@ int main(int argc, char **argv) {
         fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
     const char *bad = gpt2_setup_layout(&model, model.zero_stage > 0 ? pg.world : 1);
-    if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides channels/8 (%d), or -z 0", zero_stage,
-                   pg.world, bad, cfg.channels / 8);
+    if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0", zero_stage,
+                   pg.world, bad, cfg.channels);
 
     TrainData data;
     train_data_open(&data, &o, cfg.vocab_size, pg.rank, pg.world);
@@ -935,15 +936,20 @@ int main(int argc, char **argv) {
     if (o.resume) {
         resume_step = latest_checkpoint_step(o.out_dir);
         if (resume_step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", o.out_dir);
-        char mp[4096], sp[4096];
+        char mp[4096], sp[4096], rp[4096];
         checkpoint_paths(o.out_dir, resume_step, mp, sp, sizeof mp);
         if (!file_exists(mp)) fatal("-y 1: %s has %s but not %s", o.out_dir, sp, mp);
+        state_path_for_rank(o.out_dir, resume_step, gpt2_shard_rank(&model), rp, sizeof rp);
+        if (!file_exists(rp))
+            fatal("-y 1: %s has no %s for rank %d: resume with the number of ranks and the -z that wrote it", o.out_dir,
+                  rp, pg.rank);
     }
 
     // GPU from here on: rank r takes GPU local_rank (NCCL: one each; MPI backend: shared)
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count < 1) fatal("no CUDA device found");
-    if (pg.world > 1 && backend == COMM_BACKEND_NCCL && pg.local_rank >= dev_count)
+    // (one visible GPU: the scheduler may give each rank its own; NCCL refuses true sharing)
+    if (pg.world > 1 && backend == COMM_BACKEND_NCCL && dev_count > 1 && pg.local_rank >= dev_count)
         fatal("rank %d is local rank %d on a node with %d GPU(s): NCCL needs one GPU per rank; launch at most %d "
               "ranks per node (or --comm mpi to let ranks share GPUs, for tests)", pg.rank, pg.local_rank, dev_count,
               dev_count);

@@ -37,6 +37,11 @@ static inline int pg_launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+#ifdef USE_MPI
+// an error on one rank stops them all (the others may be waiting in a collective)
+static inline void pg_abort_all(void) { MPI_Abort(MPI_COMM_WORLD, 1); }
+#endif
+
 static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
     memset(pg, 0, sizeof *pg);
 #ifdef USE_MPI
@@ -45,6 +50,7 @@ static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &pg->world);
         pg->using_mpi = 1;
+        if (pg->world > 1) g_fatal_hook = pg_abort_all;
         // ranks on the same node, in rank order: the local rank picks the GPU
         MPI_Comm node;
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node);
@@ -60,6 +66,7 @@ static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     pg->world = env_int("WORLD_SIZE", 1);
+    if (pg->world > 1 && !getenv("RANK")) fatal("WORLD_SIZE=%d but RANK is not set: every process needs its RANK (0..%d)", pg->world, pg->world - 1);
     pg->rank = env_int("RANK", 0);
     pg->local_rank = env_int("LOCAL_RANK", pg->rank);
     if (pg->world < 1) fatal("WORLD_SIZE must be at least 1, got %d", pg->world);

@@ -14,6 +14,19 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+// Set by a multi-process run (common/distributed.h): called before an error exits, so
+// that the other ranks are stopped instead of waiting forever in a collective.
+static void (*g_fatal_hook)(void) = NULL;
+
+// Every error exit goes through here.
+__attribute__((noreturn))
+static inline void fatal_exit(void) {
+    fflush(stdout);
+    fflush(stderr);
+    if (g_fatal_hook) g_fatal_hook();
+    exit(1);
+}
+
 // fatal: print "error: <message>" to stderr and exit(1). Messages should name the file
 // or flag at fault and say what to change.
 __attribute__((noreturn, format(printf, 1, 2)))
@@ -25,7 +38,7 @@ static inline void fatal(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    exit(1);
+    fatal_exit();
 }
 
 static inline void *xmalloc(size_t n) {

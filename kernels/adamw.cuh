@@ -54,9 +54,16 @@ __global__ void grad_shard_accumulate_kernel(floatX *shard, const floatX *chunk,
     for (int k = 0; k < X128::size; k++) a[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
     store128(shard + i, a);
 }
+// the same element by element, for chunks that are not 16-byte aligned
+__global__ void grad_shard_accumulate_scalar_kernel(floatX *shard, const floatX *chunk, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) shard[i] = from_float<floatX>(to_float(shard[i]) + to_float(chunk[i]));
+}
 
-// n: a multiple of X128::size, both pointers 16-byte aligned
 static void grad_shard_accumulate(floatX *shard, const floatX *chunk, size_t n, cudaStream_t s) {
-    grad_shard_accumulate_kernel<<<ceil_div((long)(n / X128::size), 256), 256, 0, s>>>(shard, chunk, n);
+    if (n % X128::size == 0 && (uintptr_t)shard % 16 == 0 && (uintptr_t)chunk % 16 == 0)
+        grad_shard_accumulate_kernel<<<ceil_div((long)(n / X128::size), 256), 256, 0, s>>>(shard, chunk, n);
+    else
+        grad_shard_accumulate_scalar_kernel<<<ceil_div((long)n, 256), 256, 0, s>>>(shard, chunk, n);
     LAUNCH_CHECK();
 }

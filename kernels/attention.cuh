@@ -959,7 +959,7 @@ static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, 
     int hs = C / NH;
     if (hs == 64) flash::forward<64>(out, lse, qkv, B, T, NH, s);
     else if (hs == 128) flash::forward<128>(out, lse, qkv, B, T, NH, s);
-    else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); exit(1); }
+    else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); fatal_exit(); }
 }
 
 // scratch: flash_attention_backward_scratch_elems(B, T, NH) floats
@@ -968,19 +968,19 @@ static void flash_attention_backward(floatX *dqkv, const floatX *dout, const flo
     int hs = C / NH;
     if (hs == 64) flash::backward<64>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
     else if (hs == 128) flash::backward<128>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
-    else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); exit(1); }
+    else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); fatal_exit(); }
 }
 
 #else  // FP32 build: no flash kernels (the tensor-core path is bf16/fp16); use attention_forward/backward
 
 static void flash_attention_forward(floatX *, float *, const floatX *, int, int, int, int, cudaStream_t) {
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
-    exit(1);
+    fatal_exit();
 }
 static void flash_attention_backward(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *,
                                      int, int, int, int, cudaStream_t) {
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
-    exit(1);
+    fatal_exit();
 }
 
 #endif

@@ -49,7 +49,7 @@ static inline void nccl_check_impl(ncclResult_t r, const char *what, const char 
         const char *detail = ncclGetLastError(NULL);
         fprintf(stderr, "error: NCCL: %s (%s) at %s:%d%s%s\n", ncclGetErrorString(r), what, file, line,
                 detail && detail[0] ? ": " : "", detail ? detail : "");
-        exit(1);
+        fatal_exit();
     }
 }
 #define NCCL_CHECK(call) nccl_check_impl((call), #call, __FILE__, __LINE__)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <math.h>
+#include "../common/util.h"
 
 // ---------------------------------------------------------------------------
 // error checks: every CUDA and cuBLAS call goes through one of these
@@ -23,14 +24,14 @@ static inline void cuda_check_impl(cudaError_t e, const char *what, const char *
         if (e == cudaErrorMemoryAllocation)
             fprintf(stderr, "error: out of device memory: lower -b (and raise -d's accumulation to keep the "
                             "total batch), or raise -r (recompute more in backward)\n");
-        exit(1);
+        fatal_exit();
     }
 }
 static inline void cublas_check_impl(cublasStatus_t s, const char *what, const char *file, int line) {
     if (s != CUBLAS_STATUS_SUCCESS) {
         fflush(stdout);
         fprintf(stderr, "error: cuBLAS status %d (%s) at %s:%d\n", (int)s, what, file, line);
-        exit(1);
+        fatal_exit();
     }
 }
 #define CUDA_CHECK(call) cuda_check_impl((call), #call, __FILE__, __LINE__)

@@ -22,14 +22,23 @@ static int grad_sumsq_blocks(size_t len) {
     return b < 1 ? 1 : b > NORM_MAX_BLOCKS ? NORM_MAX_BLOCKS : (int)b;
 }
 
-// grid (NORM_BLOCKS_X, slabs): run s is g + s * stride, len elements (len % X128::size == 0)
-__global__ void grad_sumsq_kernel(float *partials, const floatX *g, size_t len, size_t stride) {
+// grid (blocks, slabs): run s is g + s * stride, len elements. vec: every run starts
+// 16-byte aligned and len is a multiple of X128::size (else element by element: ZeRO
+// chunks of world sizes that leave them unaligned)
+__global__ void grad_sumsq_kernel(float *partials, const floatX *g, size_t len, size_t stride, int vec) {
     const floatX *run = g + (size_t)blockIdx.y * stride;
     float acc = 0.0f;
-    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128::size; i < len;
-         i += (size_t)gridDim.x * blockDim.x * X128::size) {
-        X128 u = load128cs(run + i);
-        for (int k = 0; k < X128::size; k++) { float v = to_float(u[k]); acc += v * v; }
+    if (vec) {
+        for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128::size; i < len;
+             i += (size_t)gridDim.x * blockDim.x * X128::size) {
+            X128 u = load128cs(run + i);
+            for (int k = 0; k < X128::size; k++) { float v = to_float(u[k]); acc += v * v; }
+        }
+    } else {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
+            float v = to_float(run[i]);
+            acc += v * v;
+        }
     }
     acc = block_sum(acc);
     if (threadIdx.x == 0) partials[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = acc;
@@ -51,7 +60,8 @@ __global__ void grad_norm_finish_kernel(float *info, float grad_clip, float inv_
 // Writes grad_sumsq_blocks(len) * slabs partials at partials; returns how many.
 static int grad_sumsq(float *partials, const floatX *g, int slabs, size_t len, size_t stride, cudaStream_t s) {
     int bx = grad_sumsq_blocks(len);
-    grad_sumsq_kernel<<<dim3(bx, slabs), NORM_THREADS, 0, s>>>(partials, g, len, stride);
+    int vec = len % X128::size == 0 && stride % X128::size == 0 && (uintptr_t)g % 16 == 0;
+    grad_sumsq_kernel<<<dim3(bx, slabs), NORM_THREADS, 0, s>>>(partials, g, len, stride, vec);
     LAUNCH_CHECK();
     return bx * slabs;
 }

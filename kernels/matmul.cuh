@@ -82,7 +82,7 @@ static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const floatX *
     if (!plan) {
         if (g_num_plans == (int)(sizeof g_plans / sizeof g_plans[0])) {
             fprintf(stderr, "error: internal: too many distinct matmul shapes\n");
-            exit(1);
+            fatal_exit();
         }
         plan = &g_plans[g_num_plans++];
         memset(plan, 0, sizeof *plan);
@@ -126,7 +126,7 @@ static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, con
     cublasLtEpilogue_t e = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (!matmul_lt(dst, weight, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, e, NULL, 0, s)) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the forward matmul N=%d C=%d OC=%d\n", N, C, OC);
-        exit(1);
+        fatal_exit();
     }
     if (pre_gelu) gelu_forward(out, pre_gelu, (long)N * OC, s);
 }
@@ -194,13 +194,13 @@ static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float 
     if (!done) {
         if (!matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s)) {
             fprintf(stderr, "error: cuBLASLt has no algorithm for the backward matmul N=%d C=%d OC=%d\n", N, C, OC);
-            exit(1);
+            fatal_exit();
         }
         if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
     }
     // dweight^T (C x OC) += inp^T (C x N) * dout (N x OC)
     if (!matmul_lt(dweight, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s)) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the weight-gradient matmul N=%d C=%d OC=%d\n", N, C, OC);
-        exit(1);
+        fatal_exit();
     }
 }

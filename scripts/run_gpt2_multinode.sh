@@ -4,7 +4,9 @@
 # the same path (a shared file system: every rank reads its part of each batch, and
 # under ZeRO every rank writes its own state file next to rank 0's).
 #   HOSTFILE=hosts.txt NODES=4 scripts/run_gpt2_multinode.sh
-#   HOSTFILE=hosts.txt NODES=16 MODEL=1558M scripts/run_gpt2_multinode.sh
+#   HOSTFILE=hosts.txt NODES=8 MODEL=1558M scripts/run_gpt2_multinode.sh
+# With ZeRO (-z 1 below) the number of ranks must divide the channels: 768 (124M) and
+# 1600 (1558M) both split over 2, 4, 8, 16, 32 or 64 ranks; train_gpt2cu refuses others.
 # hosts.txt holds one line per node: "node17 slots=8".
 # Without MPI (e.g. a scheduler that starts every process itself): set RANK, WORLD_SIZE
 # and LOCAL_RANK per process and GPT2_NCCL_ID_FILE to one path on the shared file system
