@@ -97,9 +97,13 @@ build/test_comm: dev/test/test_comm.cu kernels/comm.cuh kernels/common.cuh $(COM
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE) -o $@ dev/test/test_comm.cu $(NVCC_LIBS) $(NVCC_MPI_LINK)
 
+build/test_nccl_id_file: dev/test/test_nccl_id_file.cu kernels/comm.cuh kernels/common.cuh $(COMMON_H)  ## the environment launch's NCCL id file exchange (nvcc; runs without a GPU)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_nccl_id_file.cu $(NVCC_LIBS)
+
 UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
 
-test: cpu $(UNIT_TESTS) build/test_sgemm  ## run every test (CPU; the README's test command)
+test: cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),build/test_nccl_id_file)  ## run every test (CPU; the README's test command)
 	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
 
 test-d12: test_gpt2  ## CPU trainer vs the reference at the GPT-2 124M shape (B=4, T=64; ~1 min)

@@ -50,6 +50,9 @@ run sgemm-sanitized ./build/san/test_sgemm
 for np in 1 2 3; do
     run "distributed-np$np" mpirun --allow-run-as-root --oversubscribe -np $np ./build/test_distributed
 done
+# the NCCL id exchange of environment launches (built where nvcc is)
+if [ -x build/test_nccl_id_file ]; then run nccl-id-file ./build/test_nccl_id_file
+else echo "(build/test_nccl_id_file not built: no nvcc)"; fi
 # the tokenizer against tiktoken
 run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
