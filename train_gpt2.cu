@@ -173,6 +173,8 @@ static const char *gpt2_setup_layout(GPT2 *model, int shard_world) {
     return zero_layout_init(&model->zl, model->param_sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, shard_world);
 }
 
+// the ranks the optimizer state is sharded over: all of them under ZeRO, else one
+static int gpt2_shard_world(const GPT2 *m) { return m->zero_stage > 0 && m->world > 1 ? m->world : 1; }
 static int gpt2_distributed(const GPT2 *m) { return m->comm && m->comm->world > 1; }
 static int gpt2_zero2(const GPT2 *m) { return m->zero_stage == 2 && gpt2_distributed(m); }
 // the rank whose chunks this process's optimizer state holds (0 when unsharded)
@@ -237,7 +239,7 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
 static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int recompute, int use_master, int flash) {
     const GPT2Config *c = &model->config;
     if (model->world < 1) model->world = 1;  // not distributed (tests)
-    int shard_world = model->zero_stage > 0 ? model->world : 1;
+    int shard_world = gpt2_shard_world(model);
     const char *bad = gpt2_setup_layout(model, shard_world);
     if (bad) fatal("internal: ZeRO layout: %s", bad);  // main checks this before any GPU work
     size_t n = model->num_params, ns = model->zl.shard_elems;
@@ -323,7 +325,8 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     }
     size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
     if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
-    size_t norm_partials = (size_t)NORM_MAX_BLOCKS * (4 + 12 * (size_t)c->num_layers);  // grad_sumsq, every run
+    size_t norm_partials = 0;  // grad_sumsq: at most NORM_MAX_BLOCKS per run, a run per slice at most
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) norm_partials += (size_t)NORM_MAX_BLOCKS * model->zl.t[k].layers;
     if (norm_partials > fscratch) fscratch = norm_partials;
 
     struct { void **ptr; size_t bytes; } plan[] = {
@@ -924,7 +927,7 @@ int main(int argc, char **argv) {
     if (cfg.channels % 8 || (cfg.channels / cfg.num_heads) % 8)
         fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
-    const char *bad = gpt2_setup_layout(&model, model.zero_stage > 0 ? pg.world : 1);
+    const char *bad = gpt2_setup_layout(&model, gpt2_shard_world(&model));
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0", zero_stage,
                    pg.world, bad, cfg.channels);
 

@@ -1,14 +1,10 @@
-// distributed.h: who this process is in a multi-process run, how ZeRO divides the
-// optimizer's elements among the ranks, and the host-memory collectives over MPI (the
-// communication backend that lets several ranks share one GPU in tests, and the one the
-// CPU tests of the multi-process logic use).
+// distributed.h: who this process is in a multi-process run, and how ZeRO divides the
+// parameters among the ranks (by tensor slice; the trainer's collectives over NCCL or
+// MPI are in kernels/comm.cuh).
 //
 // Launch: with -DUSE_MPI (build with mpicc), `mpirun -np N prog` gives rank and world
 // from MPI. Otherwise a scheduler may set RANK, WORLD_SIZE and LOCAL_RANK in the
 // environment (torchrun's names); with none of them set the process is rank 0 of 1.
-//
-// The collectives are deterministic: every sum is taken over the ranks in rank order,
-// so results are bitwise identical from run to run (needed for bit-exact resume).
 #ifndef COMMON_DISTRIBUTED_H
 #define COMMON_DISTRIBUTED_H
 #include "util.h"
@@ -78,37 +74,6 @@ static inline void pg_finalize(ProcessGroup *pg) {
     if (pg->using_mpi) MPI_Finalize();
 #endif
     pg->using_mpi = 0;
-}
-
-// ---------------------------------------------------------------------------
-// ZeRO: the optimizer's n elements are cut into `world` equal shards of shard_elems
-// (a multiple of align, so that every rank's shard starts aligned and reduce-scatter
-// chunks are equal); the last shard may run past n (the padding is never a parameter).
-
-typedef struct {
-    size_t n, shard_elems, padded_total;
-    int world;
-} ShardLayout;
-
-static inline ShardLayout zero_shard_layout(size_t n, int world, size_t align) {
-    if (world < 1 || align < 1) fatal("internal: zero_shard_layout(world=%d, align=%zu)", world, align);
-    ShardLayout l;
-    l.n = n;
-    l.world = world;
-    size_t per = (n + (size_t)world - 1) / (size_t)world;
-    l.shard_elems = (per + align - 1) / align * align;
-    l.padded_total = l.shard_elems * (size_t)world;
-    return l;
-}
-
-// The real (unpadded) elements rank owns: [*start, *start + *count).
-static inline void zero_shard_range(const ShardLayout *l, int rank, size_t *start, size_t *count) {
-    size_t s = (size_t)rank * l->shard_elems;
-    size_t e = s + l->shard_elems;
-    if (s > l->n) s = l->n;
-    if (e > l->n) e = l->n;
-    *start = s;
-    *count = e - s;
 }
 
 // ---------------------------------------------------------------------------
@@ -191,62 +156,7 @@ static inline void zero_scatter_shard(const ZeroLayout *z, int rank, const float
 }
 
 // ---------------------------------------------------------------------------
-// Host-memory collectives (MPI). With one process they are copies.
-
-#ifdef USE_MPI
-static inline int mpi_count(size_t n) {
-    if (n > (size_t)INT_MAX) fatal("internal: %zu elements exceed one MPI message; shard the call", n);
-    return (int)n;
-}
-#endif
-
-// out[shard_elems] = sum over ranks, in rank order, of rank r's in[rank*shard .. +shard).
-// in holds padded_total elements on every rank.
-static inline void pg_reduce_scatter_sum(const ProcessGroup *pg, const ShardLayout *l, const float *in, float *out) {
-    size_t sh = l->shard_elems;
-    if (pg->world == 1) {
-        memcpy(out, in, sh * sizeof(float));
-        return;
-    }
-#ifdef USE_MPI
-    if (pg->using_mpi) {
-        float *recv = (float *)xmalloc(sh * (size_t)pg->world * sizeof(float));
-        MPI_Alltoall(in, mpi_count(sh), MPI_FLOAT, recv, mpi_count(sh), MPI_FLOAT, MPI_COMM_WORLD);
-        for (size_t i = 0; i < sh; i++) out[i] = recv[i];
-        for (int r = 1; r < pg->world; r++)
-            for (size_t i = 0; i < sh; i++) out[i] += recv[(size_t)r * sh + i];
-        free(recv);
-        return;
-    }
-#endif
-    fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
-}
-
-// out[padded_total] = every rank's shard[shard_elems], in rank order.
-static inline void pg_allgather(const ProcessGroup *pg, const ShardLayout *l, const float *shard, float *out) {
-    size_t sh = l->shard_elems;
-    if (pg->world == 1) {
-        memcpy(out, shard, sh * sizeof(float));
-        return;
-    }
-#ifdef USE_MPI
-    if (pg->using_mpi) {
-        MPI_Allgather(shard, mpi_count(sh), MPI_FLOAT, out, mpi_count(sh), MPI_FLOAT, MPI_COMM_WORLD);
-        return;
-    }
-#endif
-    fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
-}
-
-// buf[padded_total] = the rank-ordered sum of every rank's buf: reduce-scatter, then
-// all-gather, so each element is summed by exactly one rank in a fixed order.
-static inline void pg_allreduce_sum(const ProcessGroup *pg, const ShardLayout *l, float *buf) {
-    if (pg->world == 1) return;
-    float *shard = (float *)xmalloc(l->shard_elems * sizeof(float));
-    pg_reduce_scatter_sum(pg, l, buf, shard);
-    pg_allgather(pg, l, shard, buf);
-    free(shard);
-}
+// Host-side sums over the ranks (MPI). The GPU collectives are in kernels/comm.cuh.
 
 // Sum of one int over the ranks (e.g. failure counts).
 static inline long pg_sum_long(const ProcessGroup *pg, long v) {

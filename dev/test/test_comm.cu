@@ -12,24 +12,11 @@
 //   --bench      after the tests: all-reduce bandwidth at 100 MiB (a measurement, not a test)
 #include "kernels/comm.cuh"
 #include "common/rng.h"
+#include "dev/test/mpi_testutil.h"
 
-static ProcessGroup g_pg;
 static Comm g_comm;
 static uint64_t g_seed;
 static int g_case = 0;  // the case number: part of every input's seed
-static int g_passed = 0, g_failed = 0;
-static long g_bad = 0;  // this rank's failed checks in the current case
-
-#define CHECK(cond, ...)                                                           \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            if (g_bad++ < 3) {                                                     \
-                printf("  rank %d: check failed at line %d: ", g_pg.rank, __LINE__); \
-                printf(__VA_ARGS__);                                               \
-                printf("\n");                                                      \
-            }                                                                      \
-        }                                                                          \
-    } while (0)
 
 #if PRECISION == PRECISION_BF16
 #define TOL_FLOATX 1e-2
@@ -147,10 +134,7 @@ static void finish_case(const char *name, Measure m, double tol) {
     fflush(stdout);
     double worst[3] = {m.err, m.maxexp, m.scale}, all[3];
     MPI_Allreduce(worst, all, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    long bad = pg_sum_long(&g_pg, g_bad);
-    g_bad = 0;
-    if (bad) g_failed++;
-    else g_passed++;
+    long bad = mpi_case_end();
     if (g_pg.rank == 0) {
         // bitwise agreement (across ranks, with a repeat): checked for mpi, only reported for nccl
         char extra[64] = "";

@@ -1,35 +1,16 @@
 // test_distributed.c: the multi-process logic that needs no GPU, run under
-// `mpirun -np N` (N = 1, 2, 3): ZeRO shard ownership, the deterministic host
-// collectives, the data loader's split of every batch across ranks, and gathering
-// sharded weights into one checkpoint. Every rank checks; rank 0 prints each case and the
+// `mpirun -np N` (N = 1, 2, 3): the data loader's split of every batch across ranks, the
+// trainer's ZeRO shard ownership, and gathering sharded weights into one checkpoint. Every rank checks; rank 0 prints each case and the
 // "N passed, M failed" line (failures summed over the ranks).
-#include "../../common/distributed.h"
+#include "mpi_testutil.h"
 #include "../../common/checkpoint.h"
 #include "../../common/dataloader.h"
 #include "../../common/rng.h"
 
-static ProcessGroup g_pg;
-static int g_passed = 0, g_failed = 0;
-static long g_case_failures = 0;
-
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            if (g_case_failures++ < 3) {                                          \
-                printf("  rank %d: check failed at line %d: ", g_pg.rank, __LINE__); \
-                printf(__VA_ARGS__);                                              \
-                printf("\n");                                                     \
-            }                                                                     \
-        }                                                                         \
-    } while (0)
-
 static void run_case(const char *name, void (*fn)(void)) {
     g_case_failures = 0;
     fn();
-    fflush(stdout);
-    long total = pg_sum_long(&g_pg, g_case_failures);
-    if (total) g_failed++;
-    else g_passed++;
+    long total = mpi_case_end();
     if (g_pg.rank == 0) printf("%-60s %s\n", name, total ? "FAIL" : "ok");
     fflush(stdout);
 }
@@ -38,49 +19,6 @@ static void run_case(const char *name, void (*fn)(void)) {
 static void rank_values(int r, float *x, size_t n) {
     uint64_t s = rng_seed(1000 + (uint64_t)r);
     rng_fill_normal(&s, x, n, 0.0f, 1.0f);
-}
-
-static void test_shard_layout(void) {
-    size_t ns[] = {1, 7, 100, 1000, 124475904, 3};
-    int worlds[] = {1, 2, 3, 4, 8, 7};
-    size_t aligns[] = {1, 4, 64, 128};
-    for (size_t a = 0; a < 4; a++)
-        for (size_t i = 0; i < 6; i++)
-            for (size_t w = 0; w < 6; w++) {
-                ShardLayout l = zero_shard_layout(ns[i], worlds[w], aligns[a]);
-                CHECK(l.shard_elems % aligns[a] == 0 && l.padded_total >= ns[i], "n=%zu world=%d align=%zu", ns[i], worlds[w], aligns[a]);
-                size_t covered = 0;
-                for (int r = 0; r < worlds[w]; r++) {
-                    size_t s, c;
-                    zero_shard_range(&l, r, &s, &c);
-                    CHECK(s == covered || c == 0, "ranges must tile [0,n): rank %d starts at %zu, expected %zu", r, s, covered);
-                    covered += c;
-                }
-                CHECK(covered == ns[i], "ranges cover %zu of %zu", covered, ns[i]);
-            }
-}
-
-// allreduce equals the rank-ordered serial sum bit for bit, and equals
-// reduce-scatter followed by all-gather
-static void test_collectives(void) {
-    size_t n = 100003;
-    ShardLayout l = zero_shard_layout(n, g_pg.world, 64);
-    float *buf = (float *)xcalloc(l.padded_total, sizeof(float));
-    float *want = (float *)xcalloc(l.padded_total, sizeof(float));
-    float *tmp = (float *)xcalloc(l.padded_total, sizeof(float));
-    rank_values(g_pg.rank, buf, n);
-    for (int r = 0; r < g_pg.world; r++) {
-        rank_values(r, tmp, n);
-        for (size_t i = 0; i < n; i++) want[i] = r == 0 ? tmp[i] : want[i] + tmp[i];
-    }
-    float *shard = (float *)xmalloc(l.shard_elems * sizeof(float));
-    pg_reduce_scatter_sum(&g_pg, &l, buf, shard);
-    size_t s, c;
-    zero_shard_range(&l, g_pg.rank, &s, &c);
-    CHECK(memcmp(shard, want + s, c * sizeof(float)) == 0, "reduce-scatter shard differs from the serial sum");
-    pg_allreduce_sum(&g_pg, &l, buf);
-    CHECK(memcmp(buf, want, n * sizeof(float)) == 0, "allreduce differs from the rank-ordered serial sum");
-    free(buf); free(want); free(tmp); free(shard);
 }
 
 // each rank's loader part, gathered, is the single-process global batch
@@ -116,19 +54,33 @@ static void test_batch_split(void) {
     dataloader_free(&all);
 }
 
-// weights sharded across ranks, gathered, written by rank 0, read back whole
+// the trainer's ZeRO shards of the weights, exchanged between the ranks (MPI_Allgather
+// of the compact shards), put back in place, written by rank 0, read back whole
 static void test_checkpoint_gather(void) {
-    GPT2Config c = {16, 300, 384, 2, 2, 8};
+    GPT2Config c = {16, 300, 384, 2, 2, 24};  // C=24 splits over 1, 2, 3, 4, 6, 8 ranks
+    size_t sizes[NUM_PARAM_TENSORS];
+    int layers[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(&c, sizes);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) layers[k] = gpt2_param_layers(&c, k);
+    ZeroLayout z;
+    const char *bad = zero_layout_init(&z, sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, g_pg.world);
+    CHECK(bad == NULL, "world %d should divide C=24's slices: %s", g_pg.world, bad ? bad : "");
+    if (bad) return;
     size_t n = gpt2_num_params(&c);
-    ShardLayout l = zero_shard_layout(n, g_pg.world, 32);
-    float *full = (float *)xcalloc(l.padded_total, sizeof(float));
+    float *full = (float *)xmalloc(n * sizeof(float));
     rank_values(99, full, n);  // the truth, known to every rank
-    size_t s, cnt;
-    zero_shard_range(&l, g_pg.rank, &s, &cnt);
-    float *shard = (float *)xcalloc(l.shard_elems, sizeof(float));
-    memcpy(shard, full + s, cnt * sizeof(float));
-    float *gathered = (float *)xcalloc(l.padded_total, sizeof(float));
-    pg_allgather(&g_pg, &l, shard, gathered);
+    float *shard = (float *)xmalloc(z.shard_elems * sizeof(float));
+    zero_gather_shard(&z, g_pg.rank, full, shard);
+    float *all = (float *)xmalloc(z.shard_elems * (size_t)g_pg.world * sizeof(float));
+#ifdef USE_MPI
+    if (g_pg.using_mpi)
+        MPI_Allgather(shard, (int)z.shard_elems, MPI_FLOAT, all, (int)z.shard_elems, MPI_FLOAT, MPI_COMM_WORLD);
+    else
+#endif
+        memcpy(all, shard, z.shard_elems * sizeof(float));
+    float *gathered = (float *)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) gathered[i] = NAN;
+    for (int r = 0; r < g_pg.world; r++) zero_scatter_shard(&z, r, all + (size_t)r * z.shard_elems, gathered);
     const char *path = "build/test_distributed_model.bin";
     if (g_pg.rank == 0) gpt2_checkpoint_write(path, &c, gathered, 0);
 #ifdef USE_MPI
@@ -137,7 +89,7 @@ static void test_checkpoint_gather(void) {
     GPT2Config rc;
     float *back = gpt2_checkpoint_read(path, &rc);
     CHECK(memcmp(back, full, n * sizeof(float)) == 0, "gathered checkpoint differs from the unsharded weights");
-    free(back); free(full); free(shard); free(gathered);
+    free(back); free(full); free(shard); free(all); free(gathered);
 }
 
 // the slice layout the GPU trainer shards by: every rank's chunks, scattered back, tile
@@ -184,8 +136,6 @@ int main(int argc, char **argv) {
     pg_init(&g_pg, &argc, &argv);
     mkdir("build", 0755);
     if (g_pg.rank == 0) printf("test_distributed: %d rank(s)%s\n", g_pg.world, g_pg.using_mpi ? " (MPI)" : "");
-    run_case("ZeRO shard layout tiles [0, n) for any world and alignment", test_shard_layout);
-    run_case("deterministic reduce-scatter and allreduce == serial sum", test_collectives);
     run_case("data loader: rank parts == the single-process global batch", test_batch_split);
     run_case("sharded weights gathered into one checkpoint", test_checkpoint_gather);
     run_case("ZeRO slices: rank chunks tile the parameters, index map == gather", test_zero_slices);
