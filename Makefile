@@ -131,5 +131,9 @@ build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/c
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
+build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh  ## every cuBLASLt algorithm on the step's matmul shapes (GPU)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
+
 clean:  ## remove build outputs (keeps data/)
 	rm -rf build train_gpt2 test_gpt2 prepro train_gpt2cu test_gpt2cu

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     float logits_tol = 5e-2f, loss_tol = 1e-2f, step_tol = 2e-2f;
 #endif
     float grad_tol = 0.0f;
-    int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT;
+    int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT, bias_epilogue = 1;
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
@@ -70,13 +70,16 @@ int main(int argc, char **argv) {
         {NULL, "--grad-tol", ARG_FLOAT, &grad_tol, "tolerance on every gradient tensor (0: per-class defaults)"},
         {NULL, "--step-tol", ARG_FLOAT, &step_tol, "tolerance on each AdamW step's loss (absolute)"},
         {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
+        {NULL, "--bias-epilogue", ARG_INT, &bias_epilogue, "1: bias gradients in the weight-gradient GEMM's epilogue, 0: separate pass"},
         {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2"},
         {"-f", "--flash-attention", ARG_INT, &flash, "1: flash attention, 0: plain attention, -1: flash where supported"},
+        {NULL, "--deterministic", ARG_INT, &deterministic, "1: fixed-order backward, 0: flash attention's atomic-dq backward"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME " build) with the PyTorch reference.");
     if (recompute < 0 || recompute > 2) fatal("-r must be 0, 1 or 2");
     if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
+    if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
     snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
@@ -93,14 +96,18 @@ int main(int argc, char **argv) {
     int B = ref.B, T = ref.T, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     g_fuse_gelu = fuse_gelu;
+    g_bias_epilogue = bias_epilogue;
     if (flash == FLASH_AUTO) flash = flash_supported(&model.config);
     if (flash && !flash_supported(&model.config)) fatal("-f 1: flash attention does not support this build or head size");
+    model.deterministic = deterministic;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
+    if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) model.loss_scale = 1024.0f;
-    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention\n", PRECISION_NAME,
-           c->num_layers, c->num_heads, c->channels, V, B, T, recompute, g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain");
+    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s\n", PRECISION_NAME,
+           c->num_layers, c->num_heads, c->channels, V, B, T, recompute, g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
+           flash && !deterministic ? " (atomic-dq backward)" : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 

@@ -97,6 +97,10 @@ static void prof_collect(int count) {
 // Flash is the default where it exists: it passed test_gpt2cu in the bf16 and fp16 builds
 // at d12 on the H200, and keeps no T x T matrix (19 GB less at d12, B=64, T=1024).
 #define FLASH_DEFAULT FLASH_AUTO
+// --deterministic: 1, every kernel sums in a fixed order and runs are bitwise reproducible
+// (resume included); 0, flash attention's backward adds dq with atomics (faster; the last
+// bits of a run differ from run to run).
+#define DETERMINISTIC_DEFAULT 1
 static int flash_supported(const GPT2Config *c) {
     int hs = c->channels / c->num_heads;
     return PRECISION != PRECISION_FP32 && (hs == 64 || hs == 128);
@@ -144,6 +148,7 @@ typedef struct {
     float *info;                                // device: [0] grad norm, [1] clip factor, [2] loss, [3] val loss
     int B, T, recompute;                        // activation capacity and recompute level
     int flash;                                  // 1: flash attention (see gpt2_build)
+    int deterministic;                          // 1: bitwise-reproducible backward (set before gpt2_build)
     float loss_scale;                           // S: backward computes d(S * loss); 1 unless fp16
     int loss_scale_good_steps;                  // steps since S last changed
     Activations acts;
@@ -235,7 +240,8 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
 // Allocates everything on the device for micro-batches of up to (B, T) and uploads the
 // parameters. use_master: keep fp32 master weights (bf16 build only).
 // flash: 1 = flash attention (bf16/fp16 builds; no T x T matrix kept), 0 = the plain
-// attention that stores the softmax matrix.
+// attention that stores the softmax matrix. model->deterministic picks flash attention's
+// backward (1: fixed summation order; 0: the faster atomic dq).
 static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int recompute, int use_master, int flash) {
     const GPT2Config *c = &model->config;
     if (model->world < 1) model->world = 1;  // not distributed (tests)
@@ -321,7 +327,8 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         att_bytes = 0;
         attn_elems = 0;
         lse_bytes = L * (size_t)B * NH * T * sizeof(float);
-        flash_scratch_bytes = flash_attention_backward_scratch_elems(B, T, (int)NH) * sizeof(float);
+        flash_attention_set_deterministic(model->deterministic);
+        flash_scratch_bytes = flash_attention_backward_scratch_elems(B, T, (int)C, (int)NH, model->deterministic) * sizeof(float);
     }
     size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
     if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
@@ -592,6 +599,25 @@ static void gpt2_backward(GPT2 *model) {
 static void gpt2_zero_grad(GPT2 *model) {
     CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->grad_elems * sizeof(floatX), model->stream));
     if (model->gshard) CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
+}
+
+// --deterministic 0: one forward and backward of a dummy (all token 0) micro-batch with
+// matmul tuning on, so that every matmul shape of the step has timed cuBLASLt's candidates
+// and kept the fastest before the first step. What the pass leaves in activations,
+// gradients and the loss is overwritten or zeroed at the start of every step.
+static void gpt2_tune_matmuls(GPT2 *model) {
+    int B = model->B, T = model->T;
+    int *zeros = (int *)calloc((size_t)B * T, sizeof(int));
+    if (!zeros) fatal("out of host memory");
+    gpt2_upload_batch(model, zeros, zeros, B, T);
+    g_matmul_tune = 1;
+    gpt2_forward(model, B, T);
+    gpt2_loss(model, model->info + 2, 1.0f / ((float)B * T), 1, B, T);
+    model->last_micro = 0;
+    gpt2_backward(model);
+    g_matmul_tune = 0;
+    CUDA_CHECK(cudaStreamSynchronize(model->stream));
+    free(zeros);
 }
 
 // The step's loss, accumulated on each rank over its tokens (already divided by the
@@ -873,9 +899,10 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
+    int deterministic = DETERMINISTIC_DEFAULT, bias_epilogue = 1;
     float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
     const char *comm_name = "nccl";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 9];
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 11];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
     specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T matrix, -1: flash where supported");
@@ -885,7 +912,9 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
     specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z, "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
     specs[nspecs++] = arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
+    specs[nspecs++] = arg_spec(NULL, "--bias-epilogue", ARG_INT, &bias_epilogue, "1: bias gradients summed in the weight-gradient GEMM's epilogue, 0: separate pass");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end");
+    specs[nspecs++] = arg_spec(NULL, "--deterministic", ARG_INT, &deterministic, "1: bitwise-reproducible runs (fixed summation order everywhere), 0: flash attention's faster atomic-dq backward");
     args_parse(argc, argv, specs, nspecs,
                "usage: train_gpt2cu [options]\n"
                "       mpirun -np N train_gpt2cu [options]     (N ranks, one GPU each)\n\n"
@@ -911,7 +940,9 @@ int main(int argc, char **argv) {
     }
     if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
     if (fuse_gelu != 0 && fuse_gelu != 1) fatal("--fuse-gelu must be 0 or 1");
+    if (bias_epilogue != 0 && bias_epilogue != 1) fatal("--bias-epilogue must be 0 or 1");
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
+    if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     GPT2 model;
     memset(&model, 0, sizeof model);
     GPT2Config cfg;
@@ -920,6 +951,7 @@ int main(int argc, char **argv) {
     model.rank = pg.rank;
     model.world = pg.world;
     model.zero_stage = pg.world > 1 ? zero_stage : 0;  // one rank: nothing to shard
+    model.deterministic = deterministic;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use -f 0", o.model_arg,
@@ -965,8 +997,11 @@ int main(int argc, char **argv) {
     comm_init(&comm, &pg, pg.world > 1 ? backend : COMM_BACKEND_NONE);
     model.comm = &comm;
     g_fuse_gelu = fuse_gelu;
+    g_bias_epilogue = bias_epilogue;
     gpt2_build(&model, host_params, B, T, recompute, master_weights, flash);
     free(host_params);
+
+    if (!deterministic) gpt2_tune_matmuls(&model);
 
     double mib = 1.0 / (1024.0 * 1024.0);
     if (rank0) {
@@ -976,8 +1011,13 @@ int main(int argc, char **argv) {
                cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, gpt2_num_real_params(&cfg) / 1e6);
         print_memory(&model, device_used_bytes() - used0);
         printf("training: B=%d T=%d x %d rank(s), %d micro-steps per step (%d tokens), %d steps, lr %g (%s), "
-               "recompute %d, gelu %s%s\n", B, T, pg.world, accum, o.total_batch, max_steps, o.lr, o.sched_name,
-               recompute, g_fuse_gelu ? "fused" : "separate", PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
+               "recompute %d, gelu %s, %s attention%s%s\n", B, T, pg.world, accum, o.total_batch, max_steps, o.lr,
+               o.sched_name, recompute, g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
+               flash && !deterministic ? " (atomic-dq backward: not bitwise reproducible)" : "",
+               PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
+        if (!deterministic)
+            printf("matmuls: %d shapes timed over cuBLASLt's candidates, %d of them faster than its first choice\n",
+                   g_tuned_shapes, g_tuned_changed);
     }
 
     uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);

@@ -62,6 +62,9 @@ def main():
         of, ob = res.get("ours", (float("nan"), float("nan")))
         rows.append((f"B={B} NH={NH} T={T} hs={hs}", "SDPA flash", sf, ff / sf * 1e-9, sb, fb / sb * 1e-9, sf, sb))
         rows.append(("", "ours", of, ff / of * 1e-9, ob, fb / ob * 1e-9, sf, sb))
+        if "ours_atomic" in res:
+            af, ab = res["ours_atomic"]
+            rows.append(("", "ours, atomic dq", af, ff / af * 1e-9, ab, fb / ab * 1e-9, sf, sb))
         if "old" in res:
             pf, pb = res["old"]
             rows.append(("", "old cuBLAS path", pf, ff / pf * 1e-9, pb, fb / pb * 1e-9, sf, sb))

@@ -255,14 +255,25 @@ static void attention_backward(floatX *dqkv, const floatX *dout, const floatX *q
 // backward recomputes P from q, k and the forward's log-sum-exp (FlashAttention-2 scheme).
 //   forward:  out (B, T, C), lse (B, NH, T) fp32 (natural log of the row sums of exp(s))
 //   backward: dqkv (B, T, 3C), written entirely (no accumulation into it)
-// The backward is deterministic (and there is no other mode): dk, dv come from one kernel
-// that owns a block of keys and walks the query blocks; dq from a second kernel that owns a
-// block of queries and walks the key blocks (recomputing S and dP there: 7 matrix products
-// instead of 5, but no atomics and a fixed summation order). scratch holds D = rowsum(dO*O).
+// Two backwards. The deterministic one (the default): dk, dv come from one kernel that owns
+// a block of keys and walks the query blocks; dq from a second kernel that owns a block of
+// queries and walks the key blocks (recomputing S and dP there: 7 matrix products instead
+// of 5, but no atomics and a fixed summation order). The atomic-dq one
+// (flash_attention_set_deterministic(0)): the dk/dv kernel also adds dS K into an fp32 dq
+// accumulator with atomics (5 products; dq's last bits depend on the order of arrival).
+// scratch holds D = rowsum(dO*O) (and the dq accumulator).
 // Head size 64 or 128. The FP32 build keeps the old path: these launchers exit there.
 // ===========================================================================================
 
-static size_t flash_attention_backward_scratch_elems(int B, int T, int NH) { return (size_t)B * NH * T; }
+// floats of backward scratch: D, and for the atomic-dq backward (deterministic == 0) the
+// fp32 dq accumulator, B*T*C more
+// (the accumulator starts at D's size rounded up to 64 floats: its float4 accesses need
+// 16-byte alignment)
+static size_t flash_dq_acc_offset(size_t rows) { return (rows + 63) / 64 * 64; }
+static size_t flash_attention_backward_scratch_elems(int B, int T, int C, int NH, int deterministic) {
+    size_t rows = (size_t)B * NH * T;
+    return deterministic ? rows : flash_dq_acc_offset(rows) + (size_t)B * T * C;
+}
 
 #if PRECISION != PRECISION_FP32
 
@@ -299,12 +310,11 @@ __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
-// 2^x. FLASH_FAST_EXP2=1: straight through the hardware unit (ex2.approx.ftz: about 2 ulp,
-// denormal results flushed to 0, 2^-inf = 0; measured 5% faster forward and 3% backward
-// than exp2f with all 126 kernel checks passing, not yet run in the trainer tests);
-// 0 (default): exp2f.
+// 2^x. FLASH_FAST_EXP2=1 (default): straight through the hardware unit (ex2.approx.ftz:
+// about 2 ulp, denormal results flushed to 0, 2^-inf = 0; measured 5% faster forward and
+// 3% backward than exp2f, all kernel checks passing); 0: exp2f.
 #ifndef FLASH_FAST_EXP2
-#define FLASH_FAST_EXP2 0
+#define FLASH_FAST_EXP2 1
 #endif
 __device__ __forceinline__ float fast_exp2(float x) {
 #if FLASH_FAST_EXP2
@@ -516,11 +526,14 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
 
 // ---------------------------------------------------------------------------------------
 // backward, step 1: D = rowsum(dout * out) per (b, h, t), fp32; one warp per row
+// (and, for the atomic-dq backward, zeroes the row's dq accumulator: dq_acc may be NULL)
 template <int HS>
-__global__ void bwd_dot_kernel(float *D, const floatX *dout, const floatX *out, int B, int T, int NH) {
+__global__ void bwd_dot_kernel(float *D, float *dq_acc, const floatX *dout, const floatX *out, int B, int T, int NH) {
     int lane = threadIdx.x & 31;
     long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
     if (row >= (long)B * NH * T) return;
+    if (dq_acc)
+        for (int i = lane * 4; i < HS; i += 128) *reinterpret_cast<float4 *>(dq_acc + row * HS + i) = make_float4(0, 0, 0, 0);
     int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((long)T * NH));
     size_t base = ((size_t)b * T + t) * NH * HS + h * HS;
     float acc = 0.0f;
@@ -531,21 +544,49 @@ __global__ void bwd_dot_kernel(float *D, const floatX *dout, const floatX *out, 
     if (lane == 0) D[row] = acc;
 }
 
+// The atomic-dq backward's dS^T tile in shared memory: BN key rows x BM query columns, the
+// 16-byte chunk c of row r stored at c ^ swz(r) so that the 8 rows of one ldmatrix, and the
+// 8 rows one warp writes from its accumulators, fall in distinct banks. Element offset:
+template <int BM>
+__device__ __forceinline__ int ds_off(int r, int col) {
+    static_assert(BM == 32 || BM == 64, "dS tile: BM must be 32 or 64");
+    const int sw = BM == 64 ? (r & 7) : ((r >> 1) & 3);  // 64-byte rows: two per 128-byte bank line
+    return r * BM + ((((col >> 3) ^ sw)) << 3) + (col & 7);
+}
+// A fragment (16 queries x 16 keys) of dS = (dS^T)^T at queries m0.., keys k0..
+template <int BM>
+__device__ __forceinline__ void ldsm_A_ds(uint32_t *a, const floatX *s, int m0, int k0, int lane) {
+    int r = k0 + (lane & 7) + ((lane >> 4) << 3), col = m0 + (((lane >> 3) & 1) << 3);
+    ldsm_x4_t(a, s + ds_off<BM>(r, col));
+}
+__device__ __forceinline__ void atomic_add2(float *p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(a, b));
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
+}
+
 // backward, step 2: dk, dv. One block = BN = 16*KT*NW keys of one head (each warp KT tiles
 // of 16 keys, sharing each Q / dO fragment it reads), walking the query blocks (BM rows) from
 // the diagonal to the end; all in fixed order.
-template <int HS, int NW, int BM, int KT>
-__global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                                          const float *lse, const float *D, int T, int NH,
-                                                          float scale_log2, float scale) {
+// ADQ (the atomic-dq backward): the block also adds its share of dq, dS K, to the fp32
+// dq_acc (B, NH, T, HS) with float2 atomics, through a dS^T tile in shared memory; the
+// order of those additions is not fixed, so dq is not bitwise reproducible.
+template <int HS, int NW, int BM, int KT, bool ADQ>
+__global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, float *dq_acc, const floatX *dout,
+                                                          const floatX *qkv, const float *lse, const float *D, int T,
+                                                          int NH, float scale_log2, float scale) {
     constexpr int BN = 16 * KT * NW, NT = NW * 32;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     floatX *sK = reinterpret_cast<floatX *>(smem_raw);
     floatX *sV = sK + BN * HS;
     floatX *sQ = sV + BN * HS;       // 2 buffers
     floatX *sO = sQ + 2 * BM * HS;   // dout, 2 buffers
-    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse * log2(e), 2 buffers
-    float *sD = sL + 2 * BM;                                   // D, 2 buffers
+    floatX *sdS = sO + 2 * BM * HS;  // ADQ only: dS^T (BN x BM)
+    float *sL = reinterpret_cast<float *>(sdS + (ADQ ? BN * BM : 0));  // lse * log2(e), 2 buffers
+    float *sD = sL + 2 * BM;                                           // D, 2 buffers
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int nb = blockIdx.x;  // key block 0 has the most work: first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
@@ -681,6 +722,51 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, const f
 #pragma unroll
                     for (int e = 0; e < 4; e++) st[kt][t][e] *= dpt[kt][t][e] - cD[t * 8 + 2 * tig + (e & 1)];
         }
+        if constexpr (ADQ) {
+            // dS^T to shared memory, then dq (BM x HS) += dS K split over the warps: query
+            // tile qt, head dims [hs0, hs0 + HSW); fp32 atomics into dq_acc (scaled later)
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+                for (int t = 0; t < BM / 8; t++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+                        *reinterpret_cast<uint32_t *>(sdS + ds_off<BM>(wkey + kt * 16 + g + r * 8, t * 8 + 2 * tig)) =
+                            pack2(st[kt][t][2 * r], st[kt][t][2 * r + 1]);
+            __syncthreads();
+            constexpr int QT = BM / 16, HSPLIT = NW >= QT ? NW / QT : 1, JOBS = NW >= QT ? 1 : QT / NW;
+            constexpr int HSW = HS / HSPLIT;
+            static_assert(NW % QT == 0 || QT % NW == 0, "ADQ: warps and query tiles must divide");
+            static_assert(HSW % 16 == 0, "ADQ: head-dim slice must be a multiple of 16");
+#pragma unroll
+            for (int j = 0; j < JOBS; j++) {
+                const int job = w + j * NW, qt = job % QT, hs0 = (job / QT) * HSW;
+                float acc[HSW / 8][4];
+#pragma unroll
+                for (int i = 0; i < HSW / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) {
+                    uint32_t af[4];
+                    ldsm_A_ds<BM>(af, sdS, qt * 16, kk * 16, lane);
+#pragma unroll
+                    for (int d = 0; d < HSW / 16; d++) {
+                        uint32_t bf[4];
+                        ldsm_Bt<HS>(bf, sK, kk * 16, hs0 + d * 16, lane);
+                        mma16816(acc[2 * d], af, bf[0], bf[1]);
+                        mma16816(acc[2 * d + 1], af, bf[2], bf[3]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int q = q0 + qt * 16 + g + r * 8;
+                    if (q < T) {
+                        float *p = dq_acc + ((size_t)bh * T + q) * HS + hs0 + 2 * tig;
+#pragma unroll
+                        for (int i = 0; i < HSW / 8; i++) atomic_add2(p + i * 8, acc[i][2 * r], acc[i][2 * r + 1]);
+                    }
+                }
+            }
+        }
         // dK += dS^T Q
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
@@ -721,7 +807,23 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, const f
         }
 }
 
-// backward, step 3: dq. One block = BM = 16*MT*NW queries (each warp MT tiles of 16),
+// atomic-dq backward, last step: dqkv's q part = scale * dq_acc, one thread per 8 values
+template <int HS>
+__global__ void bwd_dq_convert_kernel(floatX *dqkv, const float *dq_acc, int B, int T, int NH, float scale) {
+    long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;  // (b, t, h, chunk of 8)
+    constexpr int CH = HS / 8;
+    if (idx >= (long)B * T * NH * CH) return;
+    int c = (int)(idx % CH), h = (int)((idx / CH) % NH);
+    long bt = idx / ((long)CH * NH);
+    int t = (int)(bt % T), b = (int)(bt / T);
+    const float *src = dq_acc + (((size_t)b * NH + h) * T + t) * HS + c * 8;
+    float4 x = *reinterpret_cast<const float4 *>(src), y = *reinterpret_cast<const float4 *>(src + 4);
+    uint4 o = make_uint4(pack2(x.x * scale, x.y * scale), pack2(x.z * scale, x.w * scale),
+                         pack2(y.x * scale, y.y * scale), pack2(y.z * scale, y.w * scale));
+    *reinterpret_cast<uint4 *>(dqkv + (size_t)bt * 3 * NH * HS + h * HS + c * 8) = o;
+}
+
+// backward, step 3 (deterministic backward): dq. One block = BM = 16*MT*NW queries (each warp MT tiles of 16),
 // walking the key blocks 0.. up to the diagonal in order; recomputes S and dP.
 template <int HS, int NW, int BN, int MT>
 __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
@@ -862,19 +964,21 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
         }
 }
 
-// tile shapes per head size (hs = 64 picked from the variants timed by dev/bench_attention.py;
-// its run of 2026-12-03 found fwd MT=2 and bwd kv(2, 32, 2) dq(4, 32, 2) faster: see
-// dev/PERF.md, not yet the default because the trainer tests have not run with them)
+// tile shapes per head size (hs = 64: the fastest of the variants timed by
+// build/test_attention --bench on the H200, 2026-12-03; see dev/PERF.md). AKV: the
+// atomic-dq backward's one kernel.
 template <int HS> struct Cfg;
 template <> struct Cfg<64> {
-    static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;  // 64 queries x 64 keys
-    static constexpr int KV_NW = 4, KV_BM = 64, KV_KT = 1;     // 64 keys x 64 queries
-    static constexpr int DQ_NW = 4, DQ_BN = 64, DQ_MT = 1;     // 64 queries x 64 keys
+    static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 2;  // 128 queries x 64 keys
+    static constexpr int KV_NW = 2, KV_BM = 32, KV_KT = 2;     // 64 keys x 32 queries
+    static constexpr int DQ_NW = 4, DQ_BN = 32, DQ_MT = 2;     // 128 queries x 32 keys
+    static constexpr int AKV_NW = 2, AKV_BM = 32, AKV_KT = 2;  // 64 keys x 32 queries
 };
 template <> struct Cfg<128> {
     static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;
     static constexpr int KV_NW = 8, KV_BM = 32, KV_KT = 1;
     static constexpr int DQ_NW = 4, DQ_BN = 32, DQ_MT = 1;
+    static constexpr int AKV_NW = 8, AKV_BM = 32, AKV_KT = 1;
 };
 
 template <int HS, int NW, int BN, int MT>
@@ -892,67 +996,81 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
     forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }
 
-// 1: the backward's dq kernel runs on a side stream beside the dk/dv kernel (created on
-// first use, on the current device); 0 (default): both on the caller's stream.
-// -DFLASH_BWD_OVERLAP=1 builds the trainer with 1 (for timing it).
-#ifndef FLASH_BWD_OVERLAP
-#define FLASH_BWD_OVERLAP 0
-#endif
-static int g_overlap = FLASH_BWD_OVERLAP;
-static cudaStream_t g_side = NULL;
-static cudaEvent_t g_fork, g_join;
+// the dk/dv kernel (with the atomic dq when dq_acc != NULL)
+template <int HS, int NW, int BM, int KT>
+static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const floatX *qkv, const float *lse,
+                        const float *Dbuf, int B, int T, int NH, float scale_log2, float scale, cudaStream_t s) {
+    constexpr int BN = 16 * KT * NW;
+    size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float);
+    dim3 grid(ceil_div(T, BN), B * NH);
+    if (dq_acc) {
+        smem += (size_t)BN * BM * sizeof(floatX);
+        auto kern = bwd_dkdv_kernel<HS, NW, BM, KT, true>;
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kern<<<grid, NW * 32, smem, s>>>(dqkv, dq_acc, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+    } else {
+        auto kern = bwd_dkdv_kernel<HS, NW, BM, KT, false>;
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kern<<<grid, NW * 32, smem, s>>>(dqkv, NULL, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+    }
+    LAUNCH_CHECK();
+}
 
+// deterministic backward: D, then the dq kernel and the dk/dv kernel (each writes its own
+// part of dqkv)
 template <int HS, int KV_NW, int KV_BM, int KV_KT, int DQ_NW, int DQ_BN, int DQ_MT>
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                         float *Dbuf, int B, int T, int NH, cudaStream_t s) {
+                         float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
     long rows = (long)B * NH * T;
-    bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(Dbuf, dout, out, B, T, NH);
+    bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, NULL, dout, out, B, T, NH);
     LAUNCH_CHECK();
     {
-        // dq runs beside dk/dv on a side stream (fork/join through events; each kernel writes
-        // its own part of dqkv, so the result does not depend on the overlap)
-        cudaStream_t sd = s;
-        if (g_overlap) {
-            if (!g_side) {
-                CUDA_CHECK(cudaStreamCreateWithFlags(&g_side, cudaStreamNonBlocking));
-                CUDA_CHECK(cudaEventCreateWithFlags(&g_fork, cudaEventDisableTiming));
-                CUDA_CHECK(cudaEventCreateWithFlags(&g_join, cudaEventDisableTiming));
-            }
-            CUDA_CHECK(cudaEventRecord(g_fork, s));
-            CUDA_CHECK(cudaStreamWaitEvent(g_side, g_fork, 0));
-            sd = g_side;
-        }
         constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * DQ_MT * NW;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
         auto kern = bwd_dq_kernel<HS, NW, BN, DQ_MT>;
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         dim3 grid(ceil_div(T, BM), B * NH);
-        kern<<<grid, NW * 32, smem, sd>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
+        kern<<<grid, NW * 32, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH, scale_log2, scale);
         LAUNCH_CHECK();
     }
-    {
-        constexpr int NW = KV_NW, BM = KV_BM, BN = 16 * KV_KT * NW;
-        size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float);
-        auto kern = bwd_dkdv_kernel<HS, NW, BM, KV_KT>;
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        dim3 grid(ceil_div(T, BN), B * NH);
-        kern<<<grid, NW * 32, smem, s>>>(dqkv, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
-        LAUNCH_CHECK();
-    }
-    if (g_overlap) {
-        CUDA_CHECK(cudaEventRecord(g_join, g_side));
-        CUDA_CHECK(cudaStreamWaitEvent(s, g_join, 0));
-    }
+    launch_dkdv<HS, KV_NW, KV_BM, KV_KT>(dqkv, NULL, dout, qkv, lse, scratch, B, T, NH, scale_log2, scale, s);
 }
+
+// atomic-dq backward: D (and dq_acc = 0), the one dk/dv/dq kernel, then dq_acc -> dqkv.
+// scratch: D (B*NH*T floats), then from flash_dq_acc_offset on dq_acc (B*NH*T*HS floats)
+template <int HS, int NW, int BM, int KT>
+static void backward_atomic_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
+                                const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
+    float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
+    long rows = (long)B * NH * T;
+    float *dq_acc = scratch + flash_dq_acc_offset(rows);
+    bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, dq_acc, dout, out, B, T, NH);
+    LAUNCH_CHECK();
+    launch_dkdv<HS, NW, BM, KT>(dqkv, dq_acc, dout, qkv, lse, scratch, B, T, NH, scale_log2, scale, s);
+    long n = rows * (HS / 8);
+    bwd_dq_convert_kernel<HS><<<ceil_div(n, 256), 256, 0, s>>>(dqkv, dq_acc, B, T, NH, scale);
+    LAUNCH_CHECK();
+}
+
+// 1 (default): the deterministic backward; 0: the atomic-dq one (flash_attention_set_deterministic)
+static int g_deterministic = 1;
+
 template <int HS>
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                     float *Dbuf, int B, int T, int NH, cudaStream_t s) {
-    backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
-        dqkv, dout, qkv, out, lse, Dbuf, B, T, NH, s);
+                     float *scratch, int B, int T, int NH, cudaStream_t s) {
+    if (g_deterministic)
+        backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
+            dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    else
+        backward_atomic_cfg<HS, Cfg<HS>::AKV_NW, Cfg<HS>::AKV_BM, Cfg<HS>::AKV_KT>(dqkv, dout, qkv, out, lse, scratch,
+                                                                                  B, T, NH, s);
 }
 
 }  // namespace flash
+
+// 1: the deterministic backward (bitwise-reproducible), 0: the atomic-dq backward
+static void flash_attention_set_deterministic(int on) { flash::g_deterministic = on ? 1 : 0; }
 
 static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
                                     cudaStream_t s) {
@@ -962,7 +1080,8 @@ static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, 
     else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); fatal_exit(); }
 }
 
-// scratch: flash_attention_backward_scratch_elems(B, T, NH) floats
+// scratch: flash_attention_backward_scratch_elems(B, T, C, NH, deterministic) floats, with the
+// mode last set by flash_attention_set_deterministic
 static void flash_attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
                                      const float *lse, float *scratch, int B, int T, int C, int NH, cudaStream_t s) {
     int hs = C / NH;
@@ -972,6 +1091,8 @@ static void flash_attention_backward(floatX *dqkv, const floatX *dout, const flo
 }
 
 #else  // FP32 build: no flash kernels (the tensor-core path is bf16/fp16); use attention_forward/backward
+
+static void flash_attention_set_deterministic(int) {}
 
 static void flash_attention_forward(floatX *, float *, const floatX *, int, int, int, int, cudaStream_t) {
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");

@@ -15,6 +15,12 @@ static cublasHandle_t g_cublas;
 static void *g_cublaslt_workspace;
 static const size_t CUBLASLT_WORKSPACE_BYTES = 32u << 20;
 static int g_fuse_gelu = 1;  // 0: GELU as a separate kernel (--fuse-gelu 0), or when cuBLASLt lacks it
+// 1 while a shape's first call should time cuBLASLt's candidates and keep the fastest
+// (the trainer sets it for one pass before training, with --deterministic 0); 0: the
+// heuristic's first choice, the same on every run
+static int g_matmul_tune = 0;
+#define MATMUL_TUNE_CANDIDATES 8
+static int g_tuned_shapes = 0, g_tuned_changed = 0;  // shapes timed; of those, not the first choice
 
 #if PRECISION == PRECISION_FP32
 static const cublasComputeType_t CUBLAS_COMPUTE = CUBLAS_COMPUTE_32F;  // true fp32, no TF32
@@ -37,7 +43,8 @@ static void matmul_free(void) {
 }
 
 // One chosen algorithm per distinct call shape, so the same shape always runs the same
-// algorithm (deterministic), and the heuristic runs once per shape.
+// algorithm within a run, and the heuristic runs once per shape. (Across runs too, unless
+// g_matmul_tune picked by timing.)
 typedef struct {
     int m, n, k, ta, tb, lda, ldb, ldd, epi, has_bias, beta_nonzero;
     int ok;
@@ -46,31 +53,93 @@ typedef struct {
 static MatmulPlan g_plans[128];
 static int g_num_plans = 0;
 
-// D (m x n, col-major, ld ldd) = epilogue(alpha * op(A) op(B) + beta * D [+ bias]).
-// Returns 0 if cuBLASLt offers no algorithm for this combination (caller falls back).
-static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const floatX *bias, int m, int n, int k,
-                     int ta, int tb, int lda, int ldb, int ldd, float beta, cublasLtEpilogue_t epi,
-                     const floatX *aux, int ldaux, cudaStream_t s) {
+// One cuBLASLt call's descriptors: D (m x n, col-major, ld ldd) =
+// epilogue(alpha * op(A) op(B) + beta * D [+ bias]), aux the epilogue's GELU input/output.
+typedef struct {
     cublasLtMatmulDesc_t desc;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE, CUDA_R_32F));
+    cublasLtMatrixLayout_t la, lb, ld;
+} LtCall;
+// bias: the bias added (floatX), or for the BGRAD epilogues the fp32 bias gradient written
+static int epilogue_is_bgrad(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+static void lt_call_create(LtCall *c, const void *bias, int m, int n, int k, int ta, int tb, int lda, int ldb,
+                           int ldd, cublasLtEpilogue_t epi, const floatX *aux, int ldaux) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE, CUDA_R_32F));
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (bias) {
-        cudaDataType_t bt = CUBLAS_FLOATX;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        cudaDataType_t bt = epilogue_is_bgrad(epi) ? CUDA_R_32F : CUBLAS_FLOATX;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
     if (aux) {
         int64_t ld = ldaux;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
-    cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUBLAS_FLOATX, ta ? k : m, ta ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUBLAS_FLOATX, tb ? n : k, tb ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUBLAS_FLOATX, m, n, ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->la, CUBLAS_FLOATX, ta ? k : m, ta ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->lb, CUBLAS_FLOATX, tb ? n : k, tb ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->ld, CUBLAS_FLOATX, m, n, ldd));
+}
+static void lt_call_destroy(LtCall *c) {
+    cublasLtMatrixLayoutDestroy(c->la);
+    cublasLtMatrixLayoutDestroy(c->lb);
+    cublasLtMatrixLayoutDestroy(c->ld);
+    cublasLtMatmulDescDestroy(c->desc);
+}
+// up to max_algos candidates from cuBLASLt's heuristic, best first; returns how many
+static int lt_call_heuristic(const LtCall *c, cublasLtMatmulHeuristicResult_t *h, int max_algos) {
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = CUBLASLT_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    int returned = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cublaslt, c->desc, c->la, c->lb, c->ld, c->ld, pref,
+                                                       max_algos, h, &returned);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return st == CUBLAS_STATUS_SUCCESS ? returned : 0;
+}
+
+// The fastest of n candidates for this call, each run once to warm up and then timed over
+// 3 runs on stream s (it writes D: only for a pass whose results are thrown away).
+static cublasLtMatmulAlgo_t fastest_algo(const LtCall *c, const cublasLtMatmulHeuristicResult_t *h, int n,
+                                         floatX *D, const floatX *A, const floatX *B, float beta, cudaStream_t s) {
+    static cudaEvent_t e0 = NULL, e1 = NULL;
+    if (!e0) {
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+    }
+    float alpha = 1.0f, best_ms = 0.0f;
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        cublasStatus_t st = cublasLtMatmul(g_cublaslt, c->desc, &alpha, A, c->la, B, c->lb, &beta, D, c->ld, D, c->ld,
+                                           &h[i].algo, g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
+        if (st != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not run here
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        for (int r = 0; r < 3; r++)
+            CUBLAS_CHECK(cublasLtMatmul(g_cublaslt, c->desc, &alpha, A, c->la, B, c->lb, &beta, D, c->ld, D, c->ld,
+                                        &h[i].algo, g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s));
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i == 0 || ms < best_ms) { best_ms = ms; best = i; }
+    }
+    g_tuned_shapes++;
+    if (best != 0) g_tuned_changed++;
+    return h[best].algo;
+}
+
+// D (m x n, col-major, ld ldd) = epilogue(alpha * op(A) op(B) + beta * D [+ bias]).
+// Returns 0 if cuBLASLt offers no algorithm for this combination (caller falls back).
+static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bias, int m, int n, int k,
+                     int ta, int tb, int lda, int ldb, int ldd, float beta, cublasLtEpilogue_t epi,
+                     const floatX *aux, int ldaux, cudaStream_t s) {
+    LtCall c;
+    lt_call_create(&c, bias, m, n, k, ta, tb, lda, ldb, ldd, epi, aux, ldaux);
 
     MatmulPlan *plan = NULL;
     for (int i = 0; i < g_num_plans && !plan; i++) {
@@ -88,27 +157,18 @@ static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const floatX *
         memset(plan, 0, sizeof *plan);
         plan->m = m; plan->n = n; plan->k = k; plan->ta = ta; plan->tb = tb; plan->lda = lda; plan->ldb = ldb;
         plan->ldd = ldd; plan->epi = (int)epi; plan->has_bias = bias != NULL; plan->beta_nonzero = beta != 0.0f;
-        cublasLtMatmulPreference_t pref;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-        size_t ws = CUBLASLT_WORKSPACE_BYTES;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-        cublasLtMatmulHeuristicResult_t h;
-        int returned = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cublaslt, desc, la, lb, ld, ld, pref, 1, &h, &returned);
-        plan->ok = st == CUBLAS_STATUS_SUCCESS && returned > 0;
-        if (plan->ok) plan->algo = h.algo;
-        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
+        int na = lt_call_heuristic(&c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1);
+        plan->ok = na > 0;
+        if (plan->ok) plan->algo = na > 1 ? fastest_algo(&c, h, na, D, A, B, beta, s) : h[0].algo;
     }
     int ok = plan->ok;
     if (ok) {
         float alpha = 1.0f;
-        CUBLAS_CHECK(cublasLtMatmul(g_cublaslt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
+        CUBLAS_CHECK(cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld, &plan->algo,
                                     g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s));
     }
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
+    lt_call_destroy(&c);
     return ok;
 }
 
@@ -132,7 +192,11 @@ static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, con
 }
 
 // ---------------------------------------------------------------------------
-// bias gradient: dbias[oc] += sum_n dout[n, oc], deterministic: each block sums a chunk
+// bias gradient: dbias[oc] += sum_n dout[n, oc]. Where cuBLASLt offers it, the weight-
+// gradient GEMM, which reads dout anyway, sums it in its epilogue (BGRADB: the sum over
+// the GEMM's k = the rows) into an fp32 row that is then added to dbias; the same shape
+// always runs the same algorithm, so the sum is reproducible. Otherwise (or with
+// g_bias_epilogue = 0) a separate pass, deterministic too: each block sums a chunk
 // of rows for a tile of columns in a fixed order and writes one fp32 partial row; the
 // partial rows are then added in a fixed order (add_partial_sums). A block is 32 lanes
 // (X128 columns each: a 512-byte coalesced row segment per warp) x BIAS_BWD_WARPS warps
@@ -170,6 +234,7 @@ bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
 }
 
 static size_t bias_grad_scratch_floats(int max_OC) { return (size_t)BIAS_BWD_CHUNKS * max_OC; }
+static int g_bias_epilogue = 1;  // 0: the separate pass (--bias-epilogue 0, or cuBLASLt lacks BGRADB)
 
 static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, cudaStream_t s) {
     int chunks = N < BIAS_BWD_CHUNKS ? N : BIAS_BWD_CHUNKS;
@@ -186,7 +251,19 @@ static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int
 static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float *scratch, const floatX *dout,
                             const floatX *inp, const floatX *weight, const floatX *pre_gelu,
                             int N, int C, int OC, cudaStream_t s) {
-    if (dbias) bias_backward(dbias, scratch, dout, N, OC, s);
+    // dweight^T (C x OC) += inp^T (C x N) * dout (N x OC) [scratch = column sums of dout]
+    int bias_fused = 0;
+    if (dbias && g_bias_epilogue) {
+        bias_fused = matmul_lt(dweight, inp, dout, scratch, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_BGRADB,
+                               NULL, 0, s);
+        if (bias_fused) {
+            add_partial_sums(dbias, dbias, OC, scratch, 1, OC, s);
+        } else {
+            g_bias_epilogue = 0;
+            fprintf(stderr, "note: cuBLASLt offers no bias-gradient epilogue here; using the separate bias pass\n");
+        }
+    }
+    if (dbias && !bias_fused) bias_backward(dbias, scratch, dout, N, OC, s);
     // dinp^T (C x N) = W^T-as-stored (C x OC, no transpose) * dout^T (OC x N)
     int done = 0;
     if (pre_gelu && g_fuse_gelu)
@@ -198,7 +275,7 @@ static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float 
         }
         if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
     }
-    // dweight^T (C x OC) += inp^T (C x N) * dout (N x OC)
+    if (bias_fused) return;
     if (!matmul_lt(dweight, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s)) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the weight-gradient matmul N=%d C=%d OC=%d\n", N, C, OC);
         fatal_exit();

@@ -11,7 +11,8 @@
 # first 10 hold the compile and warm-up), as both programs print them. Peak memory:
 # train_gpt2cu's own end-of-run line (cudaMemGetInfo, this process), PyTorch's
 # max_memory_reserved (and max_memory_allocated); the maximum of nvidia-smi memory.used
-# sampled every 200 ms during each run is a cross-check (whole GPU, CUDA context included).
+# sampled every 200 ms during each run is a cross-check (whole GPU, CUDA context included);
+# the same samples give the mean SM clock and board power while the run held the GPU.
 #
 # Run from the repository root on the GPU machine:   scripts/bench_gpu.sh
 # Needs ./train_gpt2cu (built with make train_gpt2cu if absent or unrunnable) and
@@ -27,6 +28,8 @@ BUDGET_S=${BUDGET_S:-210}
 D24_BATCHES=${D24_BATCHES-"64 32 16"}  # set empty to skip d24
 CU_R=${CU_R:-"0 1 2"}                  # recompute levels of train_gpt2cu to time at d12
 # FLAGS: extra train_gpt2cu options (e.g. FLAGS="-f 1" for flash attention)
+# CU_ALT: other train_gpt2cu options timed as well at each d12 -r of CU_R, in rows named
+#   train_gpt2cu_r<r>_alt (e.g. CU_ALT="--deterministic 0")
 T=1024
 CU=${CU:-./train_gpt2cu}
 mkdir -p "$OUT"
@@ -34,7 +37,7 @@ W=$(mktemp -d)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
 TABLE="$W/table.tsv"
-printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tpeak device memory\tnvidia-smi max used\n' > "$TABLE"
+printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tpeak device memory\tnvidia-smi max used\tmean SM clock, power\n' > "$TABLE"
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv \
     > "$W/00_gpu.log" 2>&1
@@ -62,7 +65,8 @@ run() {
         return 99
     fi
     echo "== $name (limit ${lim}s): $*"
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$W/$name.smi" 2>/dev/null &
+    nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \
+        > "$W/$name.smi" 2>/dev/null &
     local smi=$!
     local t0; t0=$(date +%s)
     { echo "\$ $*"; timeout "$lim" "$@"; echo "exit status $?"; } > "$W/$name.log" 2>&1
@@ -72,7 +76,14 @@ run() {
     return "$rc"
 }
 
-smi_max() { sort -n "$W/$1.smi" 2>/dev/null | tail -1 | awk '{print ($1 == "" ? "?" : $1 " MiB")}'; }
+smi_max() { awk -F', *' '$1 > m { m = $1 } END { print (m == "" ? "?" : m " MiB") }' "$W/$1.smi" 2>/dev/null; }
+# mean SM clock and board power over the samples taken while the GPU was busy (memory in
+# use above 10% of the run's maximum: the compile and load phases are left out)
+smi_clock_power() {
+    awk -F', *' '{ m[NR] = $1; c[NR] = $2; p[NR] = $3; if ($1 > mx) mx = $1 }
+        END { for (i = 1; i <= NR; i++) if (m[i] > mx / 10) { n++; sc += c[i]; sp += p[i] }
+              if (n) printf("%.0f MHz, %.0f W", sc / n, sp / n); else print "?" }' "$W/$1.smi" 2>/dev/null
+}
 
 # rows from each program's own end-of-run lines
 row_cu() {  # NAME MODEL B
@@ -86,7 +97,8 @@ row_cu() {  # NAME MODEL B
     fi
     echo "$mean" | sed -E 's/.*: ([0-9.]+) ms\/step, ([0-9]+) tok\/s, MFU ([0-9.]+)%.*/\1 \2 \3/' | {
         read -r ms tok mfu
-        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "$mem" "$(smi_max "$1")" >> "$TABLE"
+        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "$mem" "$(smi_max "$1")" \
+            "$(smi_clock_power "$1")" >> "$TABLE"
     }
 }
 row_torch() {  # NAME MODEL B
@@ -98,7 +110,7 @@ row_torch() {  # NAME MODEL B
         return
     fi
     echo "$s" | python3 -c 'import json, sys; d = json.load(sys.stdin); print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"], d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d["max_reserved_MiB"], d["max_allocated_MiB"]))' "$1" \
-        | sed "s/\$/\t$(smi_max "$1")/" >> "$TABLE"
+        | sed "s/\$/\t$(smi_max "$1")\t$(smi_clock_power "$1")/" >> "$TABLE"
 }
 
 CU_COMMON=(-t $T -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant ${FLAGS:-})
@@ -108,6 +120,11 @@ TORCH=(python3 dev/train_gpt2_torch.py --seq-len $T --steps "$STEPS")
 for r in $CU_R; do
     run "train_gpt2cu_r$r" 60 "$CU" -e d12 -b 64 -r $r "${CU_COMMON[@]}"
     row_cu "train_gpt2cu_r$r" d12 64
+    if [ -n "${CU_ALT:-}" ]; then
+        # shellcheck disable=SC2086  # CU_ALT is a list of options
+        run "train_gpt2cu_r${r}_alt" 60 "$CU" -e d12 -b 64 -r $r "${CU_COMMON[@]}" $CU_ALT
+        row_cu "train_gpt2cu_r${r}_alt" d12 64
+    fi
 done
 run pytorch_d12 170 "${TORCH[@]}" --model d12 --batch 64 --compile full
 row_torch pytorch_d12 d12 64
@@ -132,6 +149,7 @@ tar czf "$OUT/logs.tar.gz" -C "$W" .
 echo "total $(( $(date +%s) - START ))s"
 echo
 echo "GPU benchmark: mean over steps 11..$STEPS, T=$T, bf16 ($(head -2 "$W/00_gpu.log" | tail -1 | cut -d, -f1))"
+[ -n "${CU_ALT:-}" ] && echo "(rows *_alt: train_gpt2cu with $CU_ALT)"
 # aligned columns (the GPU machine has no column(1))
 awk -F'\t' '{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n[NR] = NF }
      END { for (r = 1; r <= NR; r++) { for (i = 1; i <= n[r]; i++) if (i < n[r]) printf("%-" w[i] "s  ", c[r, i]); else print c[r, i] } }' \

@@ -16,6 +16,6 @@ for p in FP16 FP32 BF16; do  # BF16 last: the tree's own binaries stay the defau
     cp train_gpt2cu ".carry/bin/train_gpt2cu$suffix"
     cp test_gpt2cu ".carry/bin/test_gpt2cu$suffix"
 done
-make -s -B build/test_attention build/test_comm
-cp build/test_attention build/test_comm .carry/bin/
+make -s -B build/test_attention build/test_comm build/bench_matmul
+cp build/test_attention build/test_comm build/bench_matmul .carry/bin/
 du -sh .carry

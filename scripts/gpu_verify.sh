@@ -6,25 +6,35 @@
 # B=64 run. Pass trainer options for the tests, the benchmark and the profile in FLAGS
 # (e.g. FLAGS="-f -1": flash attention where supported); CU_R picks the recompute levels
 # timed (default 1), D24_BATCHES the d24 batch sizes to try (default none), BENCH_S the
-# benchmark's time budget (default 200 s). SKIP_TESTS=1 skips the tests. Summaries print
-# last; logs go to $OUT.
+# benchmark's time budget (default 200 s). CU_ALT: other trainer options benchmarked and
+# profiled beside the default (e.g. CU_ALT="--deterministic 0"). SKIP_TESTS=1 skips the
+# tests. Summaries print last; logs go to $OUT.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_verify}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT/check" "$OUT/bench"
 : > "$OUT/check/summary.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    timeout 60 .carry/bin/test_attention > "$OUT/attention.log" 2>&1
+    timeout 150 .carry/bin/test_attention > "$OUT/attention.log" 2>&1
     echo "test_attention rc=$? $(tail -1 "$OUT/attention.log")"
     QUICK=1 BIN=.carry/bin DATA=.carry/ts OUT="$OUT/check" timeout 300 bash scripts/gpu_check.sh > /dev/null 2>&1
 fi
-CU=.carry/bin/train_gpt2cu CU_R=${CU_R:-1} D24_BATCHES=${D24_BATCHES-""} STEPS=30 BUDGET_S=${BENCH_S:-200} \
+CU=.carry/bin/train_gpt2cu CU_R=${CU_R:-1} CU_ALT=${CU_ALT:-} D24_BATCHES=${D24_BATCHES-""} STEPS=30 BUDGET_S=${BENCH_S:-200} \
     OUT="$OUT/bench" timeout $((${BENCH_S:-200} + 20)) bash scripts/bench_gpu.sh > /dev/null 2>&1
 TR="-i .carry/ts/tiny_shakespeare_train_*.bin -j .carry/ts/tiny_shakespeare_train_*.bin"
 timeout 90 .carry/bin/train_gpt2cu $TR -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -v 0 -s 0 -g 0 --profile 1 \
     ${FLAGS:-} > "$OUT/profile.log" 2>&1
+if [ -n "${CU_ALT:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout 90 .carry/bin/train_gpt2cu $TR -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -v 0 -s 0 -g 0 --profile 1 \
+        ${FLAGS:-} $CU_ALT > "$OUT/profile_alt.log" 2>&1
+fi
 rm -f "$OUT/bench/logs.tar.gz" "$OUT/check/ref.log"
 echo "==== tests"; cat "$OUT/check/summary.txt"
 echo "==== profile (d12 B=64 -r 1 ${FLAGS:-})"; grep -E '^(memory|mean over|device memory)' "$OUT/profile.log"
 sed -n '/^profile:/,/sum of phases/p' "$OUT/profile.log"
+if [ -n "${CU_ALT:-}" ]; then
+    echo "==== profile (d12 B=64 -r 1 ${FLAGS:-} $CU_ALT)"; grep -E '^(mean over|device memory)' "$OUT/profile_alt.log"
+    sed -n '/^profile:/,/sum of phases/p' "$OUT/profile_alt.log"
+fi
 echo "==== benchmark"; cat "$OUT/bench/table.txt"

@@ -124,21 +124,30 @@ typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStre
 typedef void (*BwdFn)(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int, int, int,
                       cudaStream_t);
 // tile-shape variants for hs = 64 (the first of each is the default in attention.cuh)
-static const FwdFn fwd_variants[] = {flash::forward_cfg<64, 4, 64, 1>, flash::forward_cfg<64, 4, 64, 2>,
+static const FwdFn fwd_variants[] = {flash::forward_cfg<64, 4, 64, 2>, flash::forward_cfg<64, 4, 64, 1>,
                                      flash::forward_cfg<64, 4, 32, 2>, flash::forward_cfg<64, 8, 64, 1>,
                                      flash::forward_cfg<64, 8, 32, 2>, flash::forward_cfg<64, 8, 64, 2>};
-static const char *fwd_names[] = {"fwd NW4 BN64 MT1", "fwd NW4 BN64 MT2", "fwd NW4 BN32 MT2",
+static const char *fwd_names[] = {"fwd NW4 BN64 MT2", "fwd NW4 BN64 MT1", "fwd NW4 BN32 MT2",
                                   "fwd NW8 BN64 MT1", "fwd NW8 BN32 MT2", "fwd NW8 BN64 MT2"};
 static const BwdFn bwd_variants[] = {
-    flash::backward_cfg<64, 4, 64, 1, 4, 64, 1>, flash::backward_cfg<64, 8, 64, 1, 4, 64, 1>,
+    flash::backward_cfg<64, 2, 32, 2, 4, 32, 2>, flash::backward_cfg<64, 4, 64, 1, 4, 64, 1>,
+    flash::backward_cfg<64, 8, 64, 1, 4, 64, 1>,
     flash::backward_cfg<64, 4, 64, 1, 4, 32, 2>, flash::backward_cfg<64, 4, 64, 1, 8, 32, 2>,
-    flash::backward_cfg<64, 4, 32, 2, 4, 32, 2>, flash::backward_cfg<64, 2, 32, 2, 4, 32, 2>,
+    flash::backward_cfg<64, 4, 32, 2, 4, 32, 2>,
     flash::backward_cfg<64, 4, 32, 2, 4, 64, 1>, flash::backward_cfg<64, 2, 64, 1, 4, 32, 2>};
-static const char *bwd_names[] = {"bwd kv(NW4,BM64,KT1) dq(NW4,BN64,MT1)", "bwd kv(NW8,BM64,KT1) dq(NW4,BN64,MT1)",
+static const char *bwd_names[] = {"bwd kv(NW2,BM32,KT2) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW4,BN64,MT1)",
+                                  "bwd kv(NW8,BM64,KT1) dq(NW4,BN64,MT1)",
                                   "bwd kv(NW4,BM64,KT1) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW8,BN32,MT2)",
-                                  "bwd kv(NW4,BM32,KT2) dq(NW4,BN32,MT2)", "bwd kv(NW2,BM32,KT2) dq(NW4,BN32,MT2)",
+                                  "bwd kv(NW4,BM32,KT2) dq(NW4,BN32,MT2)",
                                   "bwd kv(NW4,BM32,KT2) dq(NW4,BN64,MT1)", "bwd kv(NW2,BM64,KT1) dq(NW4,BN32,MT2)"};
+// the atomic-dq backward's tile shapes (the first is its default in attention.cuh)
+static const BwdFn abwd_variants[] = {flash::backward_atomic_cfg<64, 2, 32, 2>, flash::backward_atomic_cfg<64, 4, 64, 1>,
+                                      flash::backward_atomic_cfg<64, 4, 32, 1>, flash::backward_atomic_cfg<64, 8, 64, 1>,
+                                      flash::backward_atomic_cfg<64, 2, 64, 1>};
+static const char *abwd_names[] = {"atomic kv(NW2,BM32,KT2)", "atomic kv(NW4,BM64,KT1)", "atomic kv(NW4,BM32,KT1)",
+                                   "atomic kv(NW8,BM64,KT1)", "atomic kv(NW2,BM64,KT1)"};
 static const int NFV = sizeof(fwd_variants) / sizeof(fwd_variants[0]), NBV = sizeof(bwd_variants) / sizeof(bwd_variants[0]);
+static const int NAV = sizeof(abwd_variants) / sizeof(abwd_variants[0]);
 // NULL: the public launchers
 static FwdFn g_fwd = NULL;
 static BwdFn g_bwd = NULL;
@@ -159,10 +168,13 @@ static void check(const char *what, double err, double tol) {
     if (ok) passed++; else failed++;
 }
 
-static void run_case(int B, int NH, int T, int hs, uint64_t seed) {
+// atomic: the backward under test is the atomic-dq one (dq's bits may differ between runs)
+static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     int C = NH * hs;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
-    printf("case B=%d NH=%d T=%d hs=%d (seed %llu)\n", B, NH, T, hs, (unsigned long long)seed);
+    size_t nscr = flash_attention_backward_scratch_elems(B, T, C, NH, 0);  // room for either backward
+    printf("case B=%d NH=%d T=%d hs=%d, %s backward (seed %llu)\n", B, NH, T, hs,
+           atomic ? "atomic-dq" : "deterministic", (unsigned long long)seed);
     rng_state = seed;
     std::vector<floatX> hq(nqkv), ho(nout);
     for (auto &x : hq) x = (floatX)((frand() * 2.0f - 1.0f) * 1.7f);
@@ -175,7 +187,7 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed) {
     CUDA_CHECK(cudaMalloc(&dout, nout * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&out, nout * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&lse, nrow * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&scratch, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&scratch, nscr * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&rout, nout * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&rdq, nout * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&rdk, nout * sizeof(float)));
@@ -189,7 +201,7 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed) {
     CUDA_CHECK(cudaMemset(lse, 0xFF, nrow * sizeof(float)));
     CUDA_CHECK(cudaMemset(dqkv, 0xFF, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(dqkv2, 0xFF, nqkv * sizeof(floatX)));
-    CUDA_CHECK(cudaMemset(scratch, 0xFF, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    CUDA_CHECK(cudaMemset(scratch, 0xFF, nscr * sizeof(float)));
 
     ref_rows_kernel<<<ceil_div(nrow, 128), 128>>>(rout, rlse, rD, rdq, qkv, dout, B, T, NH, hs);
     LAUNCH_CHECK();
@@ -197,7 +209,7 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed) {
     LAUNCH_CHECK();
     do_fwd(out, lse, qkv, B, T, C, NH);
     do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-    CUDA_CHECK(cudaMemset(scratch, 0xFF, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    CUDA_CHECK(cudaMemset(scratch, 0xFF, nscr * sizeof(float)));
     do_bwd(dqkv2, dout, qkv, out, lse, scratch, B, T, C, NH);
     CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -221,9 +233,22 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed) {
     std::vector<floatX> a(nqkv), c(nqkv);
     CUDA_CHECK(cudaMemcpy(a.data(), dqkv, nqkv * sizeof(floatX), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(c.data(), dqkv2, nqkv * sizeof(floatX), cudaMemcpyDeviceToHost));
-    bool same = memcmp(a.data(), c.data(), nqkv * sizeof(floatX)) == 0;
-    printf("  %-6s two backward runs %s\n", "determ", same ? "bitwise identical: ok" : "DIFFER: FAIL");
-    if (same) passed++; else failed++;
+    if (!atomic) {
+        bool same = memcmp(a.data(), c.data(), nqkv * sizeof(floatX)) == 0;
+        printf("  %-6s two backward runs %s\n", "determ", same ? "bitwise identical: ok" : "DIFFER: FAIL");
+        if (same) passed++; else failed++;
+    } else {  // dk, dv still come in a fixed order; dq's largest run-to-run difference is shown
+        bool same = true;
+        double dqdiff = 0.0;
+        for (size_t bt = 0; bt < (size_t)B * T; bt++) {
+            const floatX *x = a.data() + bt * 3 * C, *y = c.data() + bt * 3 * C;
+            same = same && memcmp(x + C, y + C, 2 * C * sizeof(floatX)) == 0;
+            for (int i = 0; i < C; i++) dqdiff = fmax(dqdiff, fabs((double)(float)x[i] - (double)(float)y[i]));
+        }
+        printf("  %-6s two backward runs: dk, dv %s; dq max |difference| %.3e\n", "determ",
+               same ? "bitwise identical: ok" : "DIFFER: FAIL", dqdiff);
+        if (same) passed++; else failed++;
+    }
     cudaFree(qkv); cudaFree(dqkv); cudaFree(dqkv2); cudaFree(dout); cudaFree(out); cudaFree(lse); cudaFree(scratch);
     cudaFree(rout); cudaFree(rdq); cudaFree(rdk); cudaFree(rdv); cudaFree(rlse); cudaFree(rD);
 }
@@ -238,7 +263,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     CUDA_CHECK(cudaMalloc(&dout, nout * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&out, nout * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&lse, nrow * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&scratch, flash_attention_backward_scratch_elems(B, T, NH) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&scratch, flash_attention_backward_scratch_elems(B, T, C, NH, 0) * sizeof(float)));
     rng_state = 1234;
     std::vector<floatX> h(nqkv);
     for (auto &x : h) x = (floatX)((frand() * 2.0f - 1.0f) * 1.7f);
@@ -249,7 +274,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     CUDA_CHECK(cudaEventCreate(&e1));
     const int warm = 3, iters = 20;
     double flops_f = 2.0 * 2.0 * B * NH * (double)T * T * hs / 2.0, flops_b = 2.5 * flops_f;
-    float ms_f, ms_b;
+    float ms_f, ms_b, ms_f0 = 0.0f;
     int nf = (hs == 64 && variants) ? NFV : 1, nb = (hs == 64 && variants) ? NBV : 1;
     for (int v = 0; v < nf || v < nb; v++) {
         g_fwd = v < nf && nf > 1 ? fwd_variants[v] : NULL;
@@ -272,24 +297,32 @@ static void bench(int B, int NH, int T, int hs, int variants) {
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
                    v < nf ? fwd_names[v] : "-", v < nb ? bwd_names[v] : "-", ms_f, flops_f / ms_f * 1e-9, ms_b,
                    flops_b / ms_b * 1e-9);
+        if (v == 0) ms_f0 = ms_f;
         if (v == 0)
             printf("BENCH ours B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", B, NH,
                    T, hs, ms_f, flops_f / ms_f * 1e-9, ms_b, flops_b / ms_b * 1e-9);
     }
     g_fwd = NULL;
     g_bwd = NULL;
-    if (variants) {  // the default backward with the dq/dkdv overlap (flash::g_overlap = 1)
-        flash::g_overlap = 1;
-        for (int i = 0; i < warm; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-        CUDA_CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
-        ms_b /= iters;
-        printf("default backward, dq beside dk/dv on a side stream: bwd_ms %.4f bwd_tflops %.1f\n", ms_b,
-               flops_b / ms_b * 1e-9);
-        flash::g_overlap = 0;
+    {  // the atomic-dq backward: its default through the public launcher, then its variants
+        int na = (hs == 64 && variants) ? NAV : 1;
+        flash_attention_set_deterministic(0);
+        for (int v = 0; v < na; v++) {
+            g_bwd = na > 1 ? abwd_variants[v] : NULL;
+            for (int i = 0; i < warm; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+            CUDA_CHECK(cudaEventRecord(e0));
+            for (int i = 0; i < iters; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+            CUDA_CHECK(cudaEventRecord(e1));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
+            ms_b /= iters;
+            if (na > 1) printf("VARIANT a%d [%s] bwd_ms %.4f bwd_tflops %.1f\n", v, abwd_names[v], ms_b, flops_b / ms_b * 1e-9);
+            if (v == 0)
+                printf("BENCH ours_atomic B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n",
+                       B, NH, T, hs, ms_f0, flops_f / ms_f0 * 1e-9, ms_b, flops_b / ms_b * 1e-9);
+        }
+        g_bwd = NULL;
+        flash_attention_set_deterministic(1);
     }
     if (variants) {  // the old cuBLAS path at this shape, for reference
         matmul_init(0);
@@ -330,17 +363,27 @@ int main(int argc, char **argv) {
     printf("test_attention (%s), seed %llu\n", PRECISION_NAME, (unsigned long long)seed);
     const int shapes[][4] = {{2, 12, 1024, 64}, {1, 4, 4096, 64}, {2, 8, 333, 64}, {1, 6, 512, 128},
                              {3, 2, 17, 64},    {1, 3, 1000, 128}, {2, 2, 129, 64}};
-    for (int i = 0; i < (int)(sizeof(shapes) / sizeof(shapes[0])); i++)
-        run_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], seed + i);
+    const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    for (int i = 0; i < nshapes; i++) run_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], seed + i, false);
+    flash_attention_set_deterministic(0);
+    for (int i = 0; i < nshapes; i++)
+        run_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], seed + 50 + i, true);
+    flash_attention_set_deterministic(1);
     // the other tile shapes (benchmarked with --bench ... 1) at two shapes
     for (int v = 1; v < NFV || v < NBV; v++) {
         g_fwd = v < NFV ? fwd_variants[v] : fwd_variants[0];
         g_bwd = v < NBV ? bwd_variants[v] : bwd_variants[0];
         printf("variant %d: %s | %s\n", v, v < NFV ? fwd_names[v] : "-", v < NBV ? bwd_names[v] : "-");
-        run_case(2, 8, 333, 64, seed + 100 + v);
-        run_case(1, 4, 1024, 64, seed + 200 + v);
+        run_case(2, 8, 333, 64, seed + 100 + v, false);
+        run_case(1, 4, 1024, 64, seed + 200 + v, false);
     }
     g_fwd = NULL;
+    for (int v = 1; v < NAV; v++) {
+        g_bwd = abwd_variants[v];
+        printf("variant a%d: %s\n", v, abwd_names[v]);
+        run_case(2, 8, 333, 64, seed + 300 + v, true);
+        run_case(1, 4, 1024, 64, seed + 400 + v, true);
+    }
     g_bwd = NULL;
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
