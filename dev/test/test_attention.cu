@@ -253,6 +253,20 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     cudaFree(rout); cudaFree(rdq); cudaFree(rdk); cudaFree(rdv); cudaFree(rlse); cudaFree(rD);
 }
 
+// mean ms of fn over 20 runs after 3 warm-up runs
+template <class F>
+static float time_ms(F fn, cudaEvent_t e0, cudaEvent_t e1) {
+    const int warm = 3, iters = 20;
+    for (int i = 0; i < warm; i++) fn();
+    CUDA_CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; i++) fn();
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms / iters;
+}
+
 static void bench(int B, int NH, int T, int hs, int variants) {
     int C = NH * hs;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
@@ -272,27 +286,14 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    const int warm = 3, iters = 20;
     double flops_f = 2.0 * 2.0 * B * NH * (double)T * T * hs / 2.0, flops_b = 2.5 * flops_f;
     float ms_f, ms_b, ms_f0 = 0.0f;
     int nf = (hs == 64 && variants) ? NFV : 1, nb = (hs == 64 && variants) ? NBV : 1;
     for (int v = 0; v < nf || v < nb; v++) {
         g_fwd = v < nf && nf > 1 ? fwd_variants[v] : NULL;
         g_bwd = v < nb && nb > 1 ? bwd_variants[v] : NULL;
-        for (int i = 0; i < warm; i++) do_fwd(out, lse, qkv, B, T, C, NH);
-        CUDA_CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) do_fwd(out, lse, qkv, B, T, C, NH);
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms_f, e0, e1));
-        ms_f /= iters;
-        for (int i = 0; i < warm; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-        CUDA_CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
-        ms_b /= iters;
+        ms_f = time_ms([&] { do_fwd(out, lse, qkv, B, T, C, NH); }, e0, e1);
+        ms_b = time_ms([&] { do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
         if (nf > 1 || nb > 1)
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
                    v < nf ? fwd_names[v] : "-", v < nb ? bwd_names[v] : "-", ms_f, flops_f / ms_f * 1e-9, ms_b,
@@ -309,13 +310,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         flash_attention_set_deterministic(0);
         for (int v = 0; v < na; v++) {
             g_bwd = na > 1 ? abwd_variants[v] : NULL;
-            for (int i = 0; i < warm; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-            CUDA_CHECK(cudaEventRecord(e0));
-            for (int i = 0; i < iters; i++) do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-            CUDA_CHECK(cudaEventRecord(e1));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
-            ms_b /= iters;
+            ms_b = time_ms([&] { do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
             if (na > 1) printf("VARIANT a%d [%s] bwd_ms %.4f bwd_tflops %.1f\n", v, abwd_names[v], ms_b, flops_b / ms_b * 1e-9);
             if (v == 0)
                 printf("BENCH ours_atomic B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n",
@@ -331,20 +326,8 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         size_t ns = attention_backward_scratch_elems(B, T, C, NH);
         CUDA_CHECK(cudaMalloc(&att, na * sizeof(floatX)));
         CUDA_CHECK(cudaMalloc(&ascr, ns * sizeof(floatX)));
-        for (int i = 0; i < warm; i++) attention_forward(out, att, qkv, ascr, B, T, C, NH, 0);
-        CUDA_CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) attention_forward(out, att, qkv, ascr, B, T, C, NH, 0);
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms_f, e0, e1));
-        ms_f /= iters;
-        for (int i = 0; i < warm; i++) attention_backward(dqkv, dout, qkv, att, ascr, B, T, C, NH, 0);
-        CUDA_CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) attention_backward(dqkv, dout, qkv, att, ascr, B, T, C, NH, 0);
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms_b, e0, e1));
-        ms_b /= iters;
+        ms_f = time_ms([&] { attention_forward(out, att, qkv, ascr, B, T, C, NH, 0); }, e0, e1);
+        ms_b = time_ms([&] { attention_backward(dqkv, dout, qkv, att, ascr, B, T, C, NH, 0); }, e0, e1);
         printf("BENCH old B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", B, NH, T,
                hs, ms_f, flops_f / ms_f * 1e-9, ms_b, flops_b / ms_b * 1e-9);
         cudaFree(att);
