@@ -318,9 +318,7 @@ __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b
 #endif
 __device__ __forceinline__ float fast_exp2(float x) {
 #if FLASH_FAST_EXP2
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
+    return ex2_approx(x);
 #else
     return exp2f(x);
 #endif

@@ -110,6 +110,14 @@ __device__ __forceinline__ void store128cs(T *p, const Vec128<T> &x) {
     __stcs(reinterpret_cast<int4 *>(p), *reinterpret_cast<const int4 *>(&x));
 }
 
+// 2^x through the hardware unit (ex2.approx.ftz: about 2 ulp, denormal results flushed to
+// 0, 2^-inf = 0): one instruction where exp2f/expf cost a handful
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ---------------------------------------------------------------------------
 // reductions (fixed order: deterministic)
 
