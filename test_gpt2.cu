@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     float logits_tol = 5e-2f, loss_tol = 1e-2f, step_tol = 2e-2f;
 #endif
     float grad_tol = 0.0f;
-    int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT, bias_epilogue = 1;
+    int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT;
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
@@ -70,10 +70,9 @@ int main(int argc, char **argv) {
         {NULL, "--grad-tol", ARG_FLOAT, &grad_tol, "tolerance on every gradient tensor (0: per-class defaults)"},
         {NULL, "--step-tol", ARG_FLOAT, &step_tol, "tolerance on each AdamW step's loss (absolute)"},
         {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
-        {NULL, "--bias-epilogue", ARG_INT, &bias_epilogue, "1: bias gradients in the weight-gradient GEMM's epilogue, 0: separate pass"},
         {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2"},
         {"-f", "--flash-attention", ARG_INT, &flash, "1: flash attention, 0: plain attention, -1: flash where supported"},
-        {NULL, "--deterministic", ARG_INT, &deterministic, "1: fixed-order backward, 0: flash attention's atomic-dq backward"},
+        {NULL, "--deterministic", ARG_INT, &deterministic, "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME " build) with the PyTorch reference.");
@@ -96,7 +95,6 @@ int main(int argc, char **argv) {
     int B = ref.B, T = ref.T, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     g_fuse_gelu = fuse_gelu;
-    g_bias_epilogue = bias_epilogue;
     if (flash == FLASH_AUTO) flash = flash_supported(&model.config);
     if (flash && !flash_supported(&model.config)) fatal("-f 1: flash attention does not support this build or head size");
     model.deterministic = deterministic;

@@ -20,7 +20,7 @@ typedef struct {
     int m, n, k, ta, tb, lda, ldb, ldd;
     float beta;
     cublasLtEpilogue_t epi;
-    int bias, aux, ldaux;  // bias: a bias vector (added; or, for BGRADB, the fp32 gradient written)
+    int bias, aux, ldaux;  // bias: a bias vector (added; or, for DGELU_BGRAD, the fp32 gradient written)
 } Shape;
 
 int main(int argc, char **argv) {
@@ -53,10 +53,10 @@ int main(int argc, char **argv) {
         nm = (char *)malloc(64);
         snprintf(nm, 64, "%s dweight", l.name);
         shapes[ns++] = {nm, l.per_step, l.cin, l.oc, N, 0, 1, l.cin, l.oc, l.cin, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, 0, 0, 0};
-        if (l.bias) {  // the same with the bias gradient summed in the epilogue (fp32 out)
+        if (aux) {  // the same dGELU GEMM also summing the input layer's bias gradient (fp32 out)
             nm = (char *)malloc(64);
-            snprintf(nm, 64, "%s dweight+bgrad", l.name);
-            shapes[ns++] = {nm, l.per_step, l.cin, l.oc, N, 0, 1, l.cin, l.oc, l.cin, 1.0f, CUBLASLT_EPILOGUE_BGRADB, 1, 0, 0};
+            snprintf(nm, 64, "%s dinp+bgrad", l.name);
+            shapes[ns++] = {nm, l.per_step, l.cin, N, l.oc, 0, 0, l.cin, l.oc, l.cin, 0.0f, CUBLASLT_EPILOGUE_DGELU_BGRAD, 1, 1, l.cin};
         }
     }
     // operands: the largest of each role (the lm_head's N x Vp output, 4C-wide activations)
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
         tot_flops += flops * sh->per_step;
     }
     CUDA_CHECK(cudaGetLastError());
-    // (the dweight+bgrad rows replace the dweight rows of the same layers: not in the totals)
+    // (the dinp+bgrad row is the dinp row with fc's bias gradient: not in the totals)
     printf("per step: first %.2f ms (%.1f TFLOP/s), fastest %.2f ms (%.1f TFLOP/s), %.1f TFLOP\n", tot_first,
            tot_flops / tot_first * 1e-9, tot_best, tot_flops / tot_best * 1e-9, tot_flops * 1e-12);
     return 0;

@@ -60,6 +60,7 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, ld;
 } LtCall;
 // bias: the bias added (floatX), or for the BGRAD epilogues the fp32 bias gradient written
+// (the trainer uses none of those; dev/bench_matmul.cu probes whether cuBLASLt offers them)
 static int epilogue_is_bgrad(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
 }
@@ -192,11 +193,9 @@ static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, con
 }
 
 // ---------------------------------------------------------------------------
-// bias gradient: dbias[oc] += sum_n dout[n, oc]. Where cuBLASLt offers it, the weight-
-// gradient GEMM, which reads dout anyway, sums it in its epilogue (BGRADB: the sum over
-// the GEMM's k = the rows) into an fp32 row that is then added to dbias; the same shape
-// always runs the same algorithm, so the sum is reproducible. Otherwise (or with
-// g_bias_epilogue = 0) a separate pass, deterministic too: each block sums a chunk
+// bias gradient: dbias[oc] += sum_n dout[n, oc] in a pass of its own (cuBLASLt 13 offers
+// no algorithm for the BGRADB or DGELU_BGRAD epilogues at our layouts in bf16: see
+// dev/bench_matmul.cu), deterministic: each block sums a chunk
 // of rows for a tile of columns in a fixed order and writes one fp32 partial row; the
 // partial rows are then added in a fixed order (add_partial_sums). A block is 32 lanes
 // (X128 columns each: a 512-byte coalesced row segment per warp) x BIAS_BWD_WARPS warps
@@ -234,7 +233,6 @@ bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
 }
 
 static size_t bias_grad_scratch_floats(int max_OC) { return (size_t)BIAS_BWD_CHUNKS * max_OC; }
-static int g_bias_epilogue = 1;  // 0: the separate pass (--bias-epilogue 0, or cuBLASLt lacks BGRADB)
 
 static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, cudaStream_t s) {
     int chunks = N < BIAS_BWD_CHUNKS ? N : BIAS_BWD_CHUNKS;
@@ -251,19 +249,7 @@ static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int
 static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float *scratch, const floatX *dout,
                             const floatX *inp, const floatX *weight, const floatX *pre_gelu,
                             int N, int C, int OC, cudaStream_t s) {
-    // dweight^T (C x OC) += inp^T (C x N) * dout (N x OC) [scratch = column sums of dout]
-    int bias_fused = 0;
-    if (dbias && g_bias_epilogue) {
-        bias_fused = matmul_lt(dweight, inp, dout, scratch, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_BGRADB,
-                               NULL, 0, s);
-        if (bias_fused) {
-            add_partial_sums(dbias, dbias, OC, scratch, 1, OC, s);
-        } else {
-            g_bias_epilogue = 0;
-            fprintf(stderr, "note: cuBLASLt offers no bias-gradient epilogue here; using the separate bias pass\n");
-        }
-    }
-    if (dbias && !bias_fused) bias_backward(dbias, scratch, dout, N, OC, s);
+    if (dbias) bias_backward(dbias, scratch, dout, N, OC, s);
     // dinp^T (C x N) = W^T-as-stored (C x OC, no transpose) * dout^T (OC x N)
     int done = 0;
     if (pre_gelu && g_fuse_gelu)
@@ -275,7 +261,7 @@ static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float 
         }
         if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
     }
-    if (bias_fused) return;
+    // dweight^T (C x OC) += inp^T (C x N) * dout (N x OC)
     if (!matmul_lt(dweight, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s)) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the weight-gradient matmul N=%d C=%d OC=%d\n", N, C, OC);
         fatal_exit();
