@@ -45,6 +45,7 @@ if [ -x ./train_gpt2cu ]; then
     TRAINER=./train_gpt2cu
     expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
+    expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
     export WORLD_SIZE=2 RANK=0
     expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
     expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi
