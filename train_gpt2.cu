@@ -602,8 +602,9 @@ static void gpt2_zero_grad(GPT2 *model) {
 }
 
 // --deterministic 0: one forward and backward of a dummy (all token 0) micro-batch with
-// matmul tuning on, so that every matmul shape of the step has timed cuBLASLt's candidates
-// and kept the fastest before the first step. What the pass leaves in activations,
+// matmul tuning on, so that every matmul shape of the training step has timed cuBLASLt's
+// candidates and kept the fastest before the first step (other shapes, e.g. sampling's
+// B=1, keep the heuristic's first choice). What the pass leaves in activations,
 // gradients and the loss is overwritten or zeroed at the start of every step.
 static void gpt2_tune_matmuls(GPT2 *model) {
     int B = model->B, T = model->T;
@@ -616,6 +617,9 @@ static void gpt2_tune_matmuls(GPT2 *model) {
     model->last_micro = 0;
     gpt2_backward(model);
     g_matmul_tune = 0;
+    // ZeRO-2 sends each micro-step's gradients from the comm stream: step 1's zeroing must
+    // come after this pass's reduce-scatters and shard additions
+    if (gpt2_distributed(model)) compute_after_comm(model);
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
     free(zeros);
 }

@@ -83,6 +83,11 @@ train r2z1_again 2 $R -x 12 -v 4 -z 1
 same r2z1 r2z1_again "2 ranks ZeRO-1, run twice: deterministic"
 fi  # QUICK
 
+# --deterministic 0 under ZeRO-2: the matmul tuning pass before step 1 sends its
+# gradients like a micro-step; the first step must not see them
+train r2z2nd 2 $R -x 12 -v 4 -z 2 --deterministic 0
+close r1 r2z2nd 2e-2 "2 ranks ZeRO-2 --deterministic 0 vs 1 rank"
+
 # resume under ZeRO: 20 straight (checkpoints at 10 and 20) vs resumed from step 10
 ZS="0 1 2"; [ "$Q" = 1 ] && ZS="0 1"
 for z in $ZS; do
