@@ -1,10 +1,11 @@
-// kernels/attention.cuh: causal multi-head self-attention, the plain way: the scores and
-// probabilities are materialised (B, NH, T, T), the products go through cuBLAS strided
-// batched GEMMs, the causal softmax and its backward are kernels here. (Flash attention,
-// which never stores the (T, T) matrix, is a later issue.)
+// kernels/attention.cuh: causal multi-head self-attention, two ways.
+// The plain way (-f 0, and the FP32 build): the scores and probabilities are materialised
+// (B, NH, T, T), the products go through cuBLAS strided batched GEMMs, the causal softmax
+// and its backward are kernels here.
+//   forward:  att = softmax_causal(q k^T / sqrt(hs)); out = att v     (att kept for backward)
+//   backward: from dout, att and qkv: dqkv (written)
+// Flash attention (the default in the bf16 and fp16 builds): the second half of this file.
 // qkv is (B, T, 3C) holding q | k | v, each (NH, hs) per position; out is (B, T, C).
-// forward:  att = softmax_causal(q k^T / sqrt(hs)); out = att v       (att kept for backward)
-// backward: from dout, att and qkv: dqkv (written)
 #pragma once
 #include "common.cuh"
 #include "matmul.cuh"
