@@ -77,12 +77,15 @@ run() {
 }
 
 smi_max() { awk -F', *' '$1 > m { m = $1 } END { print (m == "" ? "?" : m " MiB") }' "$W/$1.smi" 2>/dev/null; }
-# mean SM clock and board power over the samples taken while the GPU was busy (memory in
-# use above 10% of the run's maximum: the compile and load phases are left out)
+# mean SM clock and board power over the samples from the first one whose memory in use
+# reaches 90% of the run's maximum (training allocates it at its first step: start-up and
+# PyTorch's compile are left out) to the last one above 10% (the exit is left out)
 smi_clock_power() {
     awk -F', *' '{ m[NR] = $1; c[NR] = $2; p[NR] = $3; if ($1 > mx) mx = $1 }
-        END { for (i = 1; i <= NR; i++) if (m[i] > mx / 10) { n++; sc += c[i]; sp += p[i] }
-              if (n) printf("%.0f MHz, %.0f W", sc / n, sp / n); else print "?" }' "$W/$1.smi" 2>/dev/null
+        END { for (i = 1; i <= NR && m[i] < 0.9 * mx; i++);
+              for (j = NR; j > i && m[j] <= mx / 10; j--);
+              for (k = i; k <= j; k++) { n++; sc += c[k]; sp += p[k] }
+              if (n && mx > 0) printf("%.0f MHz, %.0f W", sc / n, sp / n); else print "?" }' "$W/$1.smi" 2>/dev/null
 }
 
 # rows from each program's own end-of-run lines
