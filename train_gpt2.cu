@@ -98,8 +98,9 @@ static void prof_collect(int count) {
 // at d12 on the H200, and keeps no T x T matrix (19 GB less at d12, B=64, T=1024).
 #define FLASH_DEFAULT FLASH_AUTO
 // --deterministic: 1, every kernel sums in a fixed order and runs are bitwise reproducible
-// (resume included); 0, flash attention's backward adds dq with atomics (faster; the last
-// bits of a run differ from run to run).
+// (resume included); 0, flash attention's backward adds dq with atomics and the matmul
+// algorithms are picked by timing (gpt2_tune_matmuls): faster, and the last bits of a
+// run differ from run to run.
 #define DETERMINISTIC_DEFAULT 1
 static int flash_supported(const GPT2Config *c) {
     int hs = c->channels / c->num_heads;

@@ -91,11 +91,11 @@ smi_clock_power() {
 # rows from each program's own end-of-run lines
 row_cu() {  # NAME MODEL B
     local log="$W/$1.log" mean mem
-    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
     mean=$(grep -E '^mean over steps' "$log" | tail -1)
     mem=$(grep -E '^device memory in use at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
     if [ -z "$mean" ]; then
-        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
+        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return
     fi
     echo "$mean" | sed -E 's/.*: ([0-9.]+) ms\/step, ([0-9]+) tok\/s, MFU ([0-9.]+)%.*/\1 \2 \3/' | {
@@ -106,10 +106,10 @@ row_cu() {  # NAME MODEL B
 }
 row_torch() {  # NAME MODEL B
     local log="$W/$1.log" s
-    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
     s=$(grep -E '^SUMMARY ' "$log" | tail -1 | sed 's/^SUMMARY //')
     if [ -z "$s" ]; then
-        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
+        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return
     fi
     echo "$s" | python3 -c 'import json, sys; d = json.load(sys.stdin); print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"], d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d["max_reserved_MiB"], d["max_allocated_MiB"]))' "$1" \

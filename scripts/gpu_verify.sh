@@ -22,19 +22,22 @@ fi
 CU=.carry/bin/train_gpt2cu CU_R=${CU_R:-1} CU_ALT=${CU_ALT:-} D24_BATCHES=${D24_BATCHES-""} STEPS=30 BUDGET_S=${BENCH_S:-200} \
     OUT="$OUT/bench" timeout $((${BENCH_S:-200} + 20)) bash scripts/bench_gpu.sh > /dev/null 2>&1
 TR="-i .carry/ts/tiny_shakespeare_train_*.bin -j .carry/ts/tiny_shakespeare_train_*.bin"
-timeout 90 .carry/bin/train_gpt2cu $TR -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -v 0 -s 0 -g 0 --profile 1 \
-    ${FLAGS:-} > "$OUT/profile.log" 2>&1
-if [ -n "${CU_ALT:-}" ]; then
-    # shellcheck disable=SC2086
+# profile LOG [OPTIONS...]: a --profile 1 run of d12 B=64 -r 1 into $OUT/LOG
+profile() {
+    local log=$1; shift
+    # shellcheck disable=SC2086  # FLAGS is a list of options
     timeout 90 .carry/bin/train_gpt2cu $TR -e d12 -b 64 -t 1024 -x 12 -r 1 -l 6e-4 -v 0 -s 0 -g 0 --profile 1 \
-        ${FLAGS:-} $CU_ALT > "$OUT/profile_alt.log" 2>&1
-fi
+        ${FLAGS:-} "$@" > "$OUT/$log" 2>&1
+}
+show_profile() {  # LOG TITLE
+    echo "==== profile (d12 B=64 -r 1 $2)"; grep -E '^(memory|mean over|device memory)' "$OUT/$1"
+    sed -n '/^profile:/,/sum of phases/p' "$OUT/$1"
+}
+profile profile.log
+# shellcheck disable=SC2086  # CU_ALT is a list of options
+[ -n "${CU_ALT:-}" ] && profile profile_alt.log $CU_ALT
 rm -f "$OUT/bench/logs.tar.gz" "$OUT/check/ref.log"
 echo "==== tests"; cat "$OUT/check/summary.txt"
-echo "==== profile (d12 B=64 -r 1 ${FLAGS:-})"; grep -E '^(memory|mean over|device memory)' "$OUT/profile.log"
-sed -n '/^profile:/,/sum of phases/p' "$OUT/profile.log"
-if [ -n "${CU_ALT:-}" ]; then
-    echo "==== profile (d12 B=64 -r 1 ${FLAGS:-} $CU_ALT)"; grep -E '^(mean over|device memory)' "$OUT/profile_alt.log"
-    sed -n '/^profile:/,/sum of phases/p' "$OUT/profile_alt.log"
-fi
+show_profile profile.log "${FLAGS:-}"
+[ -n "${CU_ALT:-}" ] && show_profile profile_alt.log "${FLAGS:-} $CU_ALT"
 echo "==== benchmark"; cat "$OUT/bench/table.txt"
