@@ -15,7 +15,7 @@ __global__ void fill_kernel(floatX *p, size_t n, uint32_t seed) {
 }
 
 typedef struct {
-    const char *name;
+    const char *layer, *call;
     int per_step;  // calls per training step
     int m, n, k, ta, tb, lda, ldb, ldd;
     float beta;
@@ -42,21 +42,13 @@ int main(int argc, char **argv) {
     Shape shapes[20];
     int ns = 0;
     for (auto &l : layers) {
-        char *nm = (char *)malloc(64);
-        snprintf(nm, 64, "%s fwd", l.name);
         int aux = l.fwd == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        shapes[ns++] = {nm, l.per_step, l.oc, N, l.cin, 1, 0, l.cin, l.cin, l.oc, 0.0f, l.fwd, l.bias, aux, l.oc};
-        nm = (char *)malloc(64);
-        snprintf(nm, 64, "%s dinp", l.name);
+        shapes[ns++] = {l.name, "fwd", l.per_step, l.oc, N, l.cin, 1, 0, l.cin, l.cin, l.oc, 0.0f, l.fwd, l.bias, aux, l.oc};
         aux = l.bwd == CUBLASLT_EPILOGUE_DGELU;
-        shapes[ns++] = {nm, l.per_step, l.cin, N, l.oc, 0, 0, l.cin, l.oc, l.cin, 0.0f, l.bwd, 0, aux, l.cin};
-        nm = (char *)malloc(64);
-        snprintf(nm, 64, "%s dweight", l.name);
-        shapes[ns++] = {nm, l.per_step, l.cin, l.oc, N, 0, 1, l.cin, l.oc, l.cin, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, 0, 0, 0};
+        shapes[ns++] = {l.name, "dinp", l.per_step, l.cin, N, l.oc, 0, 0, l.cin, l.oc, l.cin, 0.0f, l.bwd, 0, aux, l.cin};
+        shapes[ns++] = {l.name, "dweight", l.per_step, l.cin, l.oc, N, 0, 1, l.cin, l.oc, l.cin, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, 0, 0, 0};
         if (aux) {  // the same dGELU GEMM also summing the input layer's bias gradient (fp32 out)
-            nm = (char *)malloc(64);
-            snprintf(nm, 64, "%s dinp+bgrad", l.name);
-            shapes[ns++] = {nm, l.per_step, l.cin, N, l.oc, 0, 0, l.cin, l.oc, l.cin, 0.0f, CUBLASLT_EPILOGUE_DGELU_BGRAD, 1, 1, l.cin};
+            shapes[ns++] = {l.name, "dinp+bgrad", l.per_step, l.cin, N, l.oc, 0, 0, l.cin, l.oc, l.cin, 0.0f, CUBLASLT_EPILOGUE_DGELU_BGRAD, 1, 1, l.cin};
         }
     }
     // operands: the largest of each role (the lm_head's N x Vp output, 4C-wide activations)
@@ -81,7 +73,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaEventCreate(&e1));
     printf("cuBLASLt matmuls of one step, N=%d C=%d L=%d Vp=%d (%s); ms per call, heuristic's first vs fastest\n", N, C,
            L, Vp, PRECISION_NAME);
-    printf("%-18s %5s %6s %9s %8s %9s %8s %5s\n", "call", "/step", "algos", "first_ms", "TFLOP/s", "best_ms", "TFLOP/s",
+    printf("%-8s %-11s%5s %6s %9s %8s %9s %8s %5s\n", "layer", "call", "/step", "algos", "first_ms", "TFLOP/s", "best_ms", "TFLOP/s",
            "best#");
     double tot_first = 0, tot_best = 0, tot_flops = 0;
     for (int i = 0; i < ns; i++) {
@@ -121,8 +113,8 @@ int main(int argc, char **argv) {
             if (ms < best) { best = ms; besti = a; }
         }
         lt_call_destroy(&c);
-        if (first < 0) { printf("%-18s %5d %6d  (no working algorithm)\n", sh->name, sh->per_step, na); continue; }
-        printf("%-18s %5d %6d %9.4f %8.1f %9.4f %8.1f %5d\n", sh->name, sh->per_step, na, first, flops / first * 1e-9,
+        if (first < 0) { printf("%-8s %-11s%5d %6d  (no working algorithm)\n", sh->layer, sh->call, sh->per_step, na); continue; }
+        printf("%-8s %-11s%5d %6d %9.4f %8.1f %9.4f %8.1f %5d\n", sh->layer, sh->call, sh->per_step, na, first, flops / first * 1e-9,
                best, flops / best * 1e-9, besti);
         if (epilogue_is_bgrad(sh->epi)) continue;
         tot_first += first * sh->per_step;
