@@ -4,6 +4,7 @@
 # and OpenMP. CUDA programs build with nvcc when it is on the PATH.
 #   make BLAS=1 ...        use OpenBLAS for the CPU trainer's matmuls
 #   make PRECISION=FP32    GPU build precision: BF16 (default), FP16 or FP32
+#   make GPU_ARCH=90       GPU target: 90a (default, Hopper with wgmma) or 90
 
 CC ?= gcc
 CFLAGS ?= -O3 -march=native
@@ -18,7 +19,12 @@ endif
 
 NVCC ?= nvcc
 PRECISION ?= BF16
-NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -DPRECISION=$(PRECISION) -I.
+# 90a: Hopper with its wgmma instructions (the flash attention kernels of
+# kernels/attention_sm90.cuh); GPU_ARCH=90 builds the mma.sync kernels only
+GPU_ARCH ?= 90a
+FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
+NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
+             -DPRECISION=$(PRECISION) -I.
 NVCC_LIBS = -lcublas -lcublasLt -lnccl
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 MPICC ?= mpicc
@@ -119,7 +125,7 @@ bench-tokenizer: build/tokenize data  ## our tokenizer's MB/s beside tiktoken's
 bench-cpu: train_gpt2 data  ## CPU trainer step time at d12, B=4, T=64
 	./scripts/bench_cpu.sh
 
-cuda: train_gpt2cu test_gpt2cu $(if $(filter FP32,$(PRECISION)),,build/test_attention)  ## build the GPU trainer and its test (nvcc)
+cuda: train_gpt2cu test_gpt2cu $(if $(filter FP32,$(PRECISION)),,build/test_attention build/test_wgmma)  ## build the GPU trainer and its test (nvcc)
 
 train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
@@ -127,9 +133,13 @@ train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, o
 test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/common.cuh  ## flash attention vs an fp32 reference, and its benchmark (GPU)
+build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh  ## flash attention vs an fp32 reference, and its benchmark (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
+
+build/test_wgmma: dev/test/test_wgmma.cu kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh  ## the wgmma building blocks (descriptors, operand layouts) vs a CPU product (GPU)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
 build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh  ## every cuBLASLt algorithm on the step's matmul shapes (GPU)
 	@mkdir -p build

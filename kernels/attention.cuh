@@ -963,6 +963,12 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
         }
 }
 
+}  // namespace flash
+
+#include "attention_sm90.cuh"
+
+namespace flash {
+
 // tile shapes per head size (hs = 64: the fastest of the variants timed by
 // build/test_attention --bench on the H200, 2026-12-03; see dev/PERF.md). AKV: the
 // atomic-dq backward's one kernel.
@@ -992,6 +998,9 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
 }
 template <int HS>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+#if FLASH_WGMMA
+    if constexpr (HS == 64) return flash90::forward(out, lse, qkv, B, T, NH, s);
+#endif
     forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }
 
@@ -1058,6 +1067,10 @@ static int g_deterministic = 1;
 template <int HS>
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                      float *scratch, int B, int T, int NH, cudaStream_t s) {
+#if FLASH_WGMMA
+    if constexpr (HS == 64)
+        if (g_deterministic) return flash90::backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+#endif
     if (g_deterministic)
         backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
             dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);

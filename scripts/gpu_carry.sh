@@ -16,6 +16,9 @@ for p in FP16 FP32 BF16; do  # BF16 last: the tree's own binaries stay the defau
     cp train_gpt2cu ".carry/bin/train_gpt2cu$suffix"
     cp test_gpt2cu ".carry/bin/test_gpt2cu$suffix"
 done
-make -s -B build/test_attention build/test_comm build/bench_matmul
-cp build/test_attention build/test_comm build/bench_matmul .carry/bin/
+make -s -B PRECISION=FP16 build/test_attention build/test_wgmma
+cp build/test_attention .carry/bin/test_attention_fp16
+cp build/test_wgmma .carry/bin/test_wgmma_fp16
+make -s -B build/test_attention build/test_wgmma build/test_comm build/bench_matmul
+cp build/test_attention build/test_wgmma build/test_comm build/bench_matmul .carry/bin/
 du -sh .carry

@@ -123,19 +123,36 @@ static double rel_err(const std::vector<float> &got, const std::vector<float> &r
 typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStream_t);
 typedef void (*BwdFn)(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int, int, int,
                       cudaStream_t);
-// tile-shape variants for hs = 64 (the first of each is the default in attention.cuh)
-static const FwdFn fwd_variants[] = {flash::forward_cfg<64, 4, 64, 2>, flash::forward_cfg<64, 4, 64, 1>,
+// tile-shape variants for hs = 64 (the first of each is the default in attention.cuh): with
+// FLASH_WGMMA the wgmma kernels of attention_sm90.cuh first, then attention.cuh's mma.sync ones
+#if FLASH_WGMMA
+#define WG_FWD flash90::forward_cfg<2, 128, 1>, flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<3, 64, 1>, \
+               flash90::forward_cfg<3, 128, 1>, flash90::forward_cfg<1, 128, 2>,
+#define WG_FWD_NAMES "wgmma fwd NWG2 BN128", "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG3 BN64", \
+                     "wgmma fwd NWG3 BN128", "wgmma fwd NWG1 BN128 2/SM",
+#define WG_BWD flash90::backward_cfg<2, 1, 2, 1>, flash90::backward_cfg<2, 2, 2, 1>, flash90::backward_cfg<2, 2, 1, 2>, \
+               flash90::backward_cfg<3, 1, 3, 1>, flash90::backward_cfg<1, 3, 1, 2>,
+#define WG_BWD_NAMES "wgmma bwd dq(NWG2) kv(NWG2)", "wgmma bwd dq(NWG2 2/SM) kv(NWG2)", \
+                     "wgmma bwd dq(NWG2 2/SM) kv(NWG1 2/SM)", "wgmma bwd dq(NWG3) kv(NWG3)", \
+                     "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)",
+#else
+#define WG_FWD
+#define WG_FWD_NAMES
+#define WG_BWD
+#define WG_BWD_NAMES
+#endif
+static const FwdFn fwd_variants[] = {WG_FWD flash::forward_cfg<64, 4, 64, 2>, flash::forward_cfg<64, 4, 64, 1>,
                                      flash::forward_cfg<64, 4, 32, 2>, flash::forward_cfg<64, 8, 64, 1>,
                                      flash::forward_cfg<64, 8, 32, 2>, flash::forward_cfg<64, 8, 64, 2>};
-static const char *fwd_names[] = {"fwd NW4 BN64 MT2", "fwd NW4 BN64 MT1", "fwd NW4 BN32 MT2",
+static const char *fwd_names[] = {WG_FWD_NAMES "fwd NW4 BN64 MT2", "fwd NW4 BN64 MT1", "fwd NW4 BN32 MT2",
                                   "fwd NW8 BN64 MT1", "fwd NW8 BN32 MT2", "fwd NW8 BN64 MT2"};
 static const BwdFn bwd_variants[] = {
-    flash::backward_cfg<64, 2, 32, 2, 4, 32, 2>, flash::backward_cfg<64, 4, 64, 1, 4, 64, 1>,
+    WG_BWD flash::backward_cfg<64, 2, 32, 2, 4, 32, 2>, flash::backward_cfg<64, 4, 64, 1, 4, 64, 1>,
     flash::backward_cfg<64, 8, 64, 1, 4, 64, 1>,
     flash::backward_cfg<64, 4, 64, 1, 4, 32, 2>, flash::backward_cfg<64, 4, 64, 1, 8, 32, 2>,
     flash::backward_cfg<64, 4, 32, 2, 4, 32, 2>,
     flash::backward_cfg<64, 4, 32, 2, 4, 64, 1>, flash::backward_cfg<64, 2, 64, 1, 4, 32, 2>};
-static const char *bwd_names[] = {"bwd kv(NW2,BM32,KT2) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW4,BN64,MT1)",
+static const char *bwd_names[] = {WG_BWD_NAMES "bwd kv(NW2,BM32,KT2) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW4,BN64,MT1)",
                                   "bwd kv(NW8,BM64,KT1) dq(NW4,BN64,MT1)",
                                   "bwd kv(NW4,BM64,KT1) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW8,BN32,MT2)",
                                   "bwd kv(NW4,BM32,KT2) dq(NW4,BN32,MT2)",

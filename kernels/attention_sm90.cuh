@@ -1,0 +1,499 @@
+// kernels/attention_sm90.cuh: flash attention on Hopper's warpgroup matrix instructions
+// (wgmma, sm_90a), head size 64; included by attention.cuh, whose launchers pick these
+// kernels when the build targets sm_90a (FLASH_WGMMA=1, the Makefile's default).
+//
+// The same algorithm as attention.cuh's mma.sync kernels (FlashAttention-2: online softmax
+// forward keeping the log-sum-exp, backward recomputing P), with each matrix product issued
+// by a warpgroup of 4 warps as one wgmma over 64 rows instead of per-warp 16-row mma.sync:
+// the operands come straight from shared memory (no ldmatrix), the accumulators stay in
+// registers, and P / dS feed the next product from registers.
+//
+// Shared-memory tiles: a tile is ROWS x 64 bf16/fp16, 128 bytes a row, the 16-byte chunk c of
+// row r stored at chunk c ^ (r & 7): attention.cuh's load_tile layout. With the tile at a
+// 1024-byte-aligned address this is exactly wgmma's 128-byte-swizzle canonical layout, in
+// both readings the kernels need:
+//   K-major (the product's k index runs along the row): X Y^T with X, Y row-major [n][64]
+//   MN-major (k runs down the rows): X Y with Y row-major [k][64] (transpose flag set)
+// A k16 step advances the start address by 32 bytes (K-major) or by 16 rows (MN-major);
+// groups of 8 rows are 1024 bytes apart (the descriptor's stride byte offset).
+//
+// Accumulator layout of a m64nN wgmma (fp32), thread t of the warpgroup, warp w = t / 32,
+// g = lane / 4, q = lane % 4: d[4j + e] is row 16w + g + 8(e >> 1), column 8j + 2q + (e & 1),
+// the mma.sync m16n8 layout per warp; packed to 16-bit pairs it is the A operand layout of
+// the next wgmma (as in the mma.sync kernels).
+#pragma once
+
+#ifndef FLASH_WGMMA
+#define FLASH_WGMMA 0
+#endif
+#if FLASH_WGMMA && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "FLASH_WGMMA=1 needs the sm_90a target (-gencode arch=compute_90a,code=sm_90a)"
+#endif
+
+#if FLASH_WGMMA && PRECISION != PRECISION_FP32
+
+namespace flash90 {
+
+using flash::cp_async_commit;
+using flash::cp_async_wait;
+using flash::fast_exp2;
+using flash::load_tile;
+using flash::pack2;
+
+constexpr int HS = 64;          // head size of these kernels
+constexpr int ROW_BYTES = 128;  // one tile row: 64 16-bit values
+
+#if PRECISION == PRECISION_BF16
+#define WG_TYPES ".f32.bf16.bf16"
+#else
+#define WG_TYPES ".f32.f16.f16"
+#endif
+
+// shared-memory matrix descriptor: start address, leading byte offset 16 (unused by these
+// layouts), stride byte offset 1024 (8 rows of 128 bytes), 128-byte swizzle
+__device__ __forceinline__ uint64_t desc(const void *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+// descriptor of a tile's k16 step kk: K-major (along the row) or MN-major (down the rows)
+__device__ __forceinline__ uint64_t desc_k(const floatX *tile, int kk) { return desc(tile + kk * 16); }
+__device__ __forceinline__ uint64_t desc_mn(const floatX *tile, int kk) { return desc(tile + kk * 16 * HS); }
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// after wg_wait: keeps the compiler from reading accumulators before the wait
+template <int N>
+__device__ __forceinline__ void wg_fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// shared memory written through the generic proxy (cp.async) and next read by wgmma
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#define WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WG_F32(i) WG_F4(i), WG_F4(i + 4), WG_F4(i + 8), WG_F4(i + 12), WG_F4(i + 16), WG_F4(i + 20), WG_F4(i + 24), WG_F4(i + 28)
+#define WG_R32                                                                                                       \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define WG_R64                                                                                                       \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+    "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (64 x N) (+)= A (64 x 16, shared, K-major) B (16 x N, shared, K-major); accumulate 0: d = A B
+template <int N>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate);
+template <>
+__device__ __forceinline__ void mma_ss<64>(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16" WG_TYPES " " WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WG_F32(0)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void mma_ss<128>(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16" WG_TYPES " " WG_R64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_F32(0), WG_F32(32)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+// d (64 x 64) += A (64 x 16, registers: 4 packed pairs) B (16 x 64, shared, MN-major)
+__device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16" WG_TYPES " " WG_R32
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : WG_F32(0)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+#undef WG_F4
+#undef WG_F32
+#undef WG_R32
+#undef WG_R64
+
+// the A operand of k16 step kk from a 64 x N accumulator (columns 16kk .. 16kk + 15)
+template <int N>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&d)[N], int kk) {
+    a[0] = pack2(d[8 * kk + 0], d[8 * kk + 1]);
+    a[1] = pack2(d[8 * kk + 2], d[8 * kk + 3]);
+    a[2] = pack2(d[8 * kk + 4], d[8 * kk + 5]);
+    a[3] = pack2(d[8 * kk + 6], d[8 * kk + 7]);
+}
+template <int N>
+__device__ __forceinline__ void zero(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) d[i] = 0.0f;
+}
+// dynamic shared memory rounded up to 1024 bytes (the swizzle's period); launchers ask
+// for SMEM_SLACK bytes more than the tiles need
+constexpr int SMEM_SLACK = 1024;
+__device__ __forceinline__ floatX *smem_base() {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    return reinterpret_cast<floatX *>(smem_raw + ((1024 - (a & 1023)) & 1023));
+}
+
+// ---------------------------------------------------------------------------------------
+// forward: one block = NWG warpgroups x 64 query rows of one head; key blocks of BN, K and V
+// double-buffered (cp.async, all threads), S = Q K^T and O += P V as wgmma
+template <int NWG, int BN, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float *lse, const floatX *qkv, int T, int NH,
+                                                       float scale_log2) {
+    constexpr int BM = 64 * NWG, NT = NWG * 128;
+    floatX *sQ = smem_base();
+    floatX *sK = sQ + BM * HS;      // 2 buffers
+    floatX *sV = sK + 2 * BN * HS;  // 2 buffers
+    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const int q0 = mb * BM, wq0 = q0 + wg * 64;  // this warpgroup's rows wq0 .. wq0 + 63
+    const int row_lo = wq0 + w * 16 + g;         // this thread's rows row_lo, row_lo + 8
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+
+    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
+    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
+    cp_async_commit();
+
+    float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    zero(o);
+    const floatX *myQ = sQ + wg * 64 * HS;
+    for (int n = 0; n < nblocks; n++) {
+        const int buf = n & 1;
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();  // block n landed; every warpgroup is done with block n - 1's buffer
+        if (n + 1 < nblocks) {
+            load_tile<BN, HS, NT>(sK + (buf ^ 1) * BN * HS, kb, (n + 1) * BN, 3 * C, T);
+            load_tile<BN, HS, NT>(sV + (buf ^ 1) * BN * HS, vb, (n + 1) * BN, 3 * C, T);
+            cp_async_commit();
+        }
+        const int k0 = n * BN;
+        if (k0 > wq0 + 63) continue;  // every key of the block is after every row of this warpgroup
+        const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
+        float s[BN / 2];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(s);
+        if (k0 + BN - 1 > wq0 + w * 16) {  // the diagonal crosses this warp's rows: mask key > row
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (k0 + 8 * j + 2 * tq + (e & 1) > row_lo + 8 * (e >> 1)) s[4 * j + e] = -INFINITY;
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            // finite: key 0 is in block 0, and a later block a row sees has its own key <= row
+            float mnew = fmaxf(mrow[r], mx[r] * scale_log2);
+            alpha[r] = fast_exp2(mrow[r] - mnew);
+            mrow[r] = mnew;
+            lrow[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) {
+            float p = fast_exp2(s[i] * scale_log2 - mrow[(i >> 1) & 1]);
+            s[i] = p;
+            lrow[(i >> 1) & 1] += p;
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s, kk);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(cV, kk));
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(o);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = row_lo + 8 * r;
+        if (row < T) {
+            float inv = 1.0f / l;
+            floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tq;
+#pragma unroll
+            for (int j = 0; j < HS / 8; j++)
+                *reinterpret_cast<uint32_t *>(op + 8 * j) = pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            if (tq == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(l)) * 0.69314718055994531f;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// backward, dq (deterministic): one block = NWG warpgroups x 64 query rows, walking the key
+// blocks of 64 up to the diagonal in order. Per block: S = Q K^T and dP = dO V^T (one batch of
+// wgmma), dS = P (dP - D) in registers, dQ += dS K.
+template <int NWG, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                          const float *lse, const float *D, int T, int NH,
+                                                          float scale_log2, float scale) {
+    constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128;
+    floatX *sQ = smem_base();
+    floatX *sO = sQ + BM * HS;      // dout
+    floatX *sK = sO + BM * HS;      // 2 buffers
+    floatX *sV = sK + 2 * BN * HS;  // 2 buffers
+    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int mb = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *ob = dout + (size_t)b * T * C + h * HS;
+    const int q0 = mb * BM, wq0 = q0 + wg * 64, row_lo = wq0 + w * 16 + g;
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+
+    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
+    load_tile<BM, HS, NT>(sO, ob, q0, C, T);
+    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
+    cp_async_commit();
+    float lrow[2], drow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + 8 * r;
+        lrow[r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
+        drow[r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+    }
+    float dq[32];
+    zero(dq);
+    const floatX *myQ = sQ + wg * 64 * HS, *myO = sO + wg * 64 * HS;
+    for (int n = 0; n < nblocks; n++) {
+        const int buf = n & 1;
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (n + 1 < nblocks) {
+            load_tile<BN, HS, NT>(sK + (buf ^ 1) * BN * HS, kb, (n + 1) * BN, 3 * C, T);
+            load_tile<BN, HS, NT>(sV + (buf ^ 1) * BN * HS, vb, (n + 1) * BN, 3 * C, T);
+            cp_async_commit();
+        }
+        const int k0 = n * BN;
+        if (k0 > wq0 + 63) continue;
+        const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
+        float s[32], dp[32];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(s);
+        wg_fence_regs(dp);
+        const bool need_mask = k0 + BN - 1 > wq0 + w * 16;
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int r = (i >> 1) & 1;
+            float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
+            if (need_mask && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
+            s[i] = p * (dp[i] - drow[r]);
+        }
+        uint32_t da[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(dq, da[kk], desc_mn(cK, kk));
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(dq);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + 8 * r;
+        if (row < T) {
+            floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HS + 2 * tq;
+#pragma unroll
+            for (int j = 0; j < HS / 8; j++)
+                *reinterpret_cast<uint32_t *>(p + 8 * j) = pack2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// backward, dk and dv: one block = NWG warpgroups x 64 keys of one head, walking the query
+// blocks of 64 from the diagonal to the end in order. Computed transposed, keys as rows, so
+// that P^T and dS^T are accumulators and feed dV += P^T dO and dK += dS^T Q from registers:
+// S^T = K Q^T and dP^T = V dO^T (one batch), then P^T, dS^T = P^T (dP^T - D), then dV, dK
+// (one batch).
+template <int NWG, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                            const float *lse, const float *D, int T, int NH,
+                                                            float scale_log2, float scale) {
+    constexpr int BN = 64 * NWG, BM = 64, NT = NWG * 128;
+    floatX *sK = smem_base();
+    floatX *sV = sK + BN * HS;
+    floatX *sQ = sV + BN * HS;      // 2 buffers
+    floatX *sO = sQ + 2 * BM * HS;  // dout, 2 buffers
+    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse * log2(e), 2 buffers
+    float *sD = sL + 2 * BM;                                  // D, 2 buffers
+    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int nb = blockIdx.x;  // key block 0 has the most work: first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *ob = dout + (size_t)b * T * C + h * HS;
+    const float *lb = lse + (size_t)bh * T, *db = D + (size_t)bh * T;
+    const int k0 = nb * BN, wk0 = k0 + wg * 64, key_lo = wk0 + w * 16 + g;  // keys key_lo, key_lo + 8
+    const int mstart = k0 / BM, mend = (T + BM - 1) / BM;
+
+    load_tile<BN, HS, NT>(sK, kb, k0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, k0, 3 * C, T);
+    load_tile<BM, HS, NT>(sQ, qb, mstart * BM, 3 * C, T);
+    load_tile<BM, HS, NT>(sO, ob, mstart * BM, C, T);
+    cp_async_commit();
+    for (int i = tid; i < BM; i += NT) {
+        const int q = mstart * BM + i;
+        sL[i] = q < T ? lb[q] * 1.4426950408889634f : INFINITY;  // rows past T: P = 0
+        sD[i] = q < T ? db[q] : 0.0f;
+    }
+    float dk[32], dv[32];
+    zero(dk);
+    zero(dv);
+    const floatX *myK = sK + wg * 64 * HS, *myV = sV + wg * 64 * HS;
+    for (int m = mstart; m < mend; m++) {
+        const int buf = (m - mstart) & 1;
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (m + 1 < mend) {
+            const int nq0 = (m + 1) * BM;
+            load_tile<BM, HS, NT>(sQ + (buf ^ 1) * BM * HS, qb, nq0, 3 * C, T);
+            load_tile<BM, HS, NT>(sO + (buf ^ 1) * BM * HS, ob, nq0, C, T);
+            cp_async_commit();
+            for (int i = tid; i < BM; i += NT) {
+                const int q = nq0 + i;
+                sL[(buf ^ 1) * BM + i] = q < T ? lb[q] * 1.4426950408889634f : INFINITY;
+                sD[(buf ^ 1) * BM + i] = q < T ? db[q] : 0.0f;
+            }
+        }
+        const int q0 = m * BM;
+        if (q0 + BM - 1 < wk0) continue;  // every query of the block is before every key of this warpgroup
+        const floatX *cQ = sQ + buf * BM * HS, *cO = sO + buf * BM * HS;
+        const float *cL = sL + buf * BM, *cD = sD + buf * BM;
+        float st[32], dpt[32];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(st, desc_k(myK, kk), desc_k(cQ, kk), kk);
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dpt, desc_k(myV, kk), desc_k(cO, kk), kk);
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(st);
+        wg_fence_regs(dpt);
+        const bool need_mask = wk0 + w * 16 + 15 > q0;  // some key of this warp is after some query
+        uint32_t pa[4][4], da[4][4];
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int ql = 8 * (i >> 2) + 2 * tq + (i & 1);
+            float p = fast_exp2(st[i] * scale_log2 - cL[ql]);
+            if (need_mask && key_lo + 8 * ((i >> 1) & 1) > q0 + ql) p = 0.0f;
+            st[i] = p;
+            dpt[i] = p * (dpt[i] - cD[ql]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            acc_to_a(pa[kk], st, kk);
+            acc_to_a(da[kk], dpt, kk);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dv, pa[kk], desc_mn(cO, kk));
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dk, da[kk], desc_mn(cQ, kk));
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(dv);
+        wg_fence_regs(dk);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + 8 * r;
+        if (key < T) {
+            floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HS + 2 * tq;
+#pragma unroll
+            for (int j = 0; j < HS / 8; j++) {
+                *reinterpret_cast<uint32_t *>(p + 8 * j) = pack2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t *>(p + C + 8 * j) = pack2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// launchers
+
+template <typename K>
+static void set_smem(K kern, size_t bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// MINB: blocks per SM the registers are budgeted for (__launch_bounds__)
+template <int NWG, int BN, int MINB>
+static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    constexpr int BM = 64 * NWG;
+    size_t smem = (size_t)(BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
+    auto kern = fwd_kernel<NWG, BN, MINB>;
+    set_smem(kern, smem);
+    dim3 grid(ceil_div(T, BM), B * NH);
+    kern<<<grid, NWG * 128, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
+    LAUNCH_CHECK();
+}
+
+// D = rowsum(dout * out), then the dq kernel and the dk/dv kernel (each writes its part of dqkv)
+template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
+static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                         float *scratch, int B, int T, int NH, cudaStream_t s) {
+    float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
+    long rows = (long)B * NH * T;
+    flash::bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, NULL, dout, out, B, T, NH);
+    LAUNCH_CHECK();
+    {
+        constexpr int BM = 64 * DQ_NWG, BN = 64;
+        size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
+        auto kern = bwd_dq_kernel<DQ_NWG, DQ_MINB>;
+        set_smem(kern, smem);
+        kern<<<dim3(ceil_div(T, BM), B * NH), DQ_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
+                                                                       scale_log2, scale);
+        LAUNCH_CHECK();
+    }
+    {
+        constexpr int BN = 64 * KV_NWG, BM = 64;
+        size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float) + SMEM_SLACK;
+        auto kern = bwd_dkdv_kernel<KV_NWG, KV_MINB>;
+        set_smem(kern, smem);
+        kern<<<dim3(ceil_div(T, BN), B * NH), KV_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
+                                                                       scale_log2, scale);
+        LAUNCH_CHECK();
+    }
+}
+
+// the defaults (the fastest variants of build/test_attention --bench; dev/PERF.md)
+static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    forward_cfg<2, 128, 1>(out, lse, qkv, B, T, NH, s);
+}
+static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                     float *scratch, int B, int T, int NH, cudaStream_t s) {
+    backward_cfg<2, 1, 2, 1>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+}
+
+}  // namespace flash90
+
+#undef WG_TYPES
+
+#endif  // FLASH_WGMMA && PRECISION != PRECISION_FP32
