@@ -61,7 +61,9 @@ __device__ __forceinline__ uint64_t desc_mn(const floatX *tile, int kk) { return
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// wait until at most N of this warpgroup's committed wgmma groups are pending (they complete in order)
+template <int N = 0>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // after wg_wait: keeps the compiler from reading accumulators before the wait
 template <int N>
 __device__ __forceinline__ void wg_fence_regs(float (&d)[N]) {
@@ -105,18 +107,30 @@ __device__ __forceinline__ void mma_ss_mn(float (&d)[32], uint64_t da, uint64_t 
                  : WG_F32(0)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
-// d (64 x 64) += A (64 x 16, registers: 4 packed pairs) B (16 x 64, shared, MN-major)
-__device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16" WG_TYPES " " WG_R32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+// d (64 x 64) (+)= A (64 x 16, registers: 4 packed pairs) B (16 x 64, shared; TB: 0 K-major,
+// 1 MN-major). Registers for A halve the shared-memory reads: at n64 an all-shared wgmma reads
+// 4 KB per 32 tensor-core clocks, the SM's whole 128 bytes a clock.
+template <int TB>
+__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16" WG_TYPES " " WG_R32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
                  : WG_F32(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(TB));
+}
+__device__ __forceinline__ void mma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    mma_rs<1>(d, a, db, 1);
 }
 #undef WG_F4
 #undef WG_F32
 #undef WG_R32
 #undef WG_R64
 
+// the A operands (4 k16 steps) of this warp's 16 rows of a 64-row tile, from shared memory
+__device__ __forceinline__ void tile_to_a(uint32_t (&a)[4][4], const floatX *tile, int w, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) flash::ldsm_A<HS>(a[kk], tile, w * 16, kk * 16, lane);
+}
 // the A operand of k16 step kk from a 64 x N accumulator (columns 16kk .. 16kk + 15)
 template <int N>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&d)[N], int kk) {
@@ -137,6 +151,62 @@ __device__ __forceinline__ floatX *smem_base() {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t a = (uint32_t)__cvta_generic_to_shared(smem_raw);
     return reinterpret_cast<floatX *>(smem_raw + ((1024 - (a & 1023)) & 1023));
+}
+
+// ---------------------------------------------------------------------------------------
+// forward helpers. s: the 64 x BN scores of keys k0.. for this thread's rows row_lo, row_lo + 8
+// (w0: the first row of this warp); -inf where key > row
+template <int BN>
+__device__ __forceinline__ void mask_causal(float (&s)[BN / 2], int k0, int w0, int row_lo, int tq) {
+    if (k0 + BN - 1 <= w0) return;  // the diagonal does not cross this warp's rows
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++)
+        if (k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * ((i >> 1) & 1)) s[i] = -INFINITY;
+}
+// online softmax over one key block: the row maxima mrow (log2 units) and sums lrow move on,
+// s becomes P = 2^(s * scale_log2 - mrow), alpha the factor the earlier O rows take
+template <int BN>
+__device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&mrow)[2], float (&lrow)[2],
+                                               float (&alpha)[2], float scale_log2) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        // finite from block 0 on (key 0 is in it, and no row is before key 0)
+        float mnew = fmaxf(mrow[r], mx[r] * scale_log2);
+        alpha[r] = fast_exp2(mrow[r] - mnew);
+        mrow[r] = mnew;
+        lrow[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) {
+        float p = fast_exp2(s[i] * scale_log2 - mrow[(i >> 1) & 1]);
+        s[i] = p;
+        lrow[(i >> 1) & 1] += p;
+    }
+}
+// out rows row_lo, row_lo + 8 of head h = O / l, and their log-sum-exp (natural log)
+__device__ __forceinline__ void write_out(floatX *out, float *lse, const float (&o)[32], const float (&mrow)[2],
+                                          const float (&lrow)[2], int b, int h, int bh, int row_lo, int tq, int T,
+                                          int C) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = row_lo + 8 * r;
+        if (row < T) {
+            float inv = 1.0f / l;
+            floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tq;
+#pragma unroll
+            for (int j = 0; j < HS / 8; j++)
+                *reinterpret_cast<uint32_t *>(op + 8 * j) = pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            if (tq == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(l)) * 0.69314718055994531f;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -165,6 +235,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     zero(o);
     const floatX *myQ = sQ + wg * 64 * HS;
+    uint32_t qa[BN == 64 ? 4 : 1][4];  // BN 64: Q as the A operand of S = Q K^T, in registers
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
         cp_async_wait<0>();
@@ -178,43 +249,23 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         const int k0 = n * BN;
         if (k0 > wq0 + 63) continue;  // every key of the block is after every row of this warpgroup
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
+        if constexpr (BN == 64)
+            if (n == 0) tile_to_a(qa, myQ, w, lane);
         float s[BN / 2];
         wg_fence();
+        if constexpr (BN == 64) {
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(s, qa[kk], desc_k(cK, kk), kk);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+        }
         wg_commit();
         wg_wait();
         wg_fence_regs(s);
-        if (k0 + BN - 1 > wq0 + w * 16) {  // the diagonal crosses this warp's rows: mask key > row
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (k0 + 8 * j + 2 * tq + (e & 1) > row_lo + 8 * (e >> 1)) s[4 * j + e] = -INFINITY;
-        }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-        }
+        mask_causal<BN>(s, k0, wq0 + w * 16, row_lo, tq);
         float alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // finite: key 0 is in block 0, and a later block a row sees has its own key <= row
-            float mnew = fmaxf(mrow[r], mx[r] * scale_log2);
-            alpha[r] = fast_exp2(mrow[r] - mnew);
-            mrow[r] = mnew;
-            lrow[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) {
-            float p = fast_exp2(s[i] * scale_log2 - mrow[(i >> 1) & 1]);
-            s[i] = p;
-            lrow[(i >> 1) & 1] += p;
-        }
+        online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
 #pragma unroll
         for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
         uint32_t pa[BN / 16][4];
@@ -227,28 +278,95 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         wg_wait();
         wg_fence_regs(o);
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = row_lo + 8 * r;
-        if (row < T) {
-            float inv = 1.0f / l;
-            floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tq;
-#pragma unroll
-            for (int j = 0; j < HS / 8; j++)
-                *reinterpret_cast<uint32_t *>(op + 8 * j) = pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-            if (tq == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(l)) * 0.69314718055994531f;
+    write_out(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+}
+
+// forward, software-pipelined (BN = 64, Q in registers, K/V in 3 buffers): in step n the
+// warpgroup issues S_n = Q K_n^T and then O += P_(n-1) V_(n-1), waits for S_n only, and forms
+// P_n while the P V product runs; O takes P_n's rescaling once that product is done.
+template <int NWG, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, float *lse, const floatX *qkv, int T,
+                                                                  int NH, float scale_log2) {
+    constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128, NBUF = 3;
+    // a warpgroup's last P V runs after the loop, from the buffer of its last block; with more
+    // than 2 warpgroups the others' loads would refill that buffer first
+    static_assert(NWG <= 2, "fwd_pipe_kernel: at most 2 warpgroups");
+    floatX *sQ = smem_base();
+    floatX *sK = sQ + BM * HS;         // NBUF buffers
+    floatX *sV = sK + NBUF * BN * HS;  // NBUF buffers
+    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
+    const int q0 = mb * BM, wq0 = q0 + wg * 64, row_lo = wq0 + w * 16 + g;
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+    // the blocks this warpgroup sees: 0 .. last (its rows end at wq0 + 63)
+    const int last = min(nblocks - 1, (wq0 + 63) / BN);
+
+    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
+    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
+    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
+    cp_async_commit();
+
+    float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    zero(o);
+    uint32_t qa[4][4], pp[4][4] = {};  // Q; P of the previous block (read by the P V product in flight)
+    cp_async_wait<0>();
+    __syncthreads();
+    tile_to_a(qa, sQ + wg * 64 * HS, w, lane);
+    for (int n = 0; n < nblocks; n++) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();  // block n landed; every warpgroup is done with block n - 2's buffer
+        if (n + 1 < nblocks) {
+            const int nb = (n + 1) % NBUF;
+            load_tile<BN, HS, NT>(sK + nb * BN * HS, kb, (n + 1) * BN, 3 * C, T);
+            load_tile<BN, HS, NT>(sV + nb * BN * HS, vb, (n + 1) * BN, 3 * C, T);
+            cp_async_commit();
         }
+        if (n > last) continue;
+        // step 0 has no previous P: it multiplies P = 0 with block 0's V (a branch around the
+        // product would make ptxas serialize every wgmma of the kernel)
+        const floatX *cK = sK + (n % NBUF) * BN * HS, *pV = sV + (n == 0 ? 0 : (n - 1) % NBUF) * BN * HS;
+        float s[32];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(s, qa[kk], desc_k(cK, kk), kk);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pp[kk], desc_mn(pV, kk));
+        wg_commit();
+        wg_wait<1>();  // S_n done; the P V product may still run
+        wg_fence_regs(s);
+        mask_causal<BN>(s, n * BN, wq0 + w * 16, row_lo, tq);
+        float alpha[2];
+        online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
+        wg_wait<0>();
+        wg_fence_regs(o);
+#pragma unroll
+        for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+        // packed only now: pp is the A operand of the product that just finished
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) acc_to_a(pp[kk], s, kk);
     }
+    {  // the last block's P V
+        const floatX *lV = sV + (last % NBUF) * BN * HS;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pp[kk], desc_mn(lV, kk));
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(o);
+    }
+    write_out(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 }
 
 // ---------------------------------------------------------------------------------------
 // backward, dq (deterministic): one block = NWG warpgroups x 64 query rows, walking the key
 // blocks of 64 up to the diagonal in order. Per block: S = Q K^T and dP = dO V^T (one batch of
 // wgmma), dS = P (dP - D) in registers, dQ += dS K.
-template <int NWG, int MINB>
+// RA: Q and dO as register A operands (half the shared-memory reads, 32 more registers)
+template <int NWG, int MINB, bool RA>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
                                                           const float *lse, const float *D, int T, int NH,
                                                           float scale_log2, float scale) {
@@ -280,6 +398,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
     float dq[32];
     zero(dq);
     const floatX *myQ = sQ + wg * 64 * HS, *myO = sO + wg * 64 * HS;
+    uint32_t qa[RA ? 4 : 1][4], oa[RA ? 4 : 1][4];
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
         cp_async_wait<0>();
@@ -293,12 +412,24 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         const int k0 = n * BN;
         if (k0 > wq0 + 63) continue;
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
+        if constexpr (RA)
+            if (n == 0) {
+                tile_to_a(qa, myQ, w, lane);
+                tile_to_a(oa, myO, w, lane);
+            }
         float s[32], dp[32];
         wg_fence();
+        if constexpr (RA) {
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(s, qa[kk], desc_k(cK, kk), kk);
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
+            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(dp, oa[kk], desc_k(cV, kk), kk);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
+        }
         wg_commit();
         wg_wait();
         wg_fence_regs(s);
@@ -378,6 +509,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     zero(dv);
     const floatX *myK = sK + wg * 64 * HS, *myV = sV + wg * 64 * HS;
     floatX *mydS = sdS + wg * 64 * BM;
+    uint32_t ka[4][4], va[4][4];
+    bool have_a = false;
     for (int m = mstart; m < mend; m++) {
         const int buf = (m - mstart) & 1;
         cp_async_wait<0>();
@@ -398,12 +531,17 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         if (q0 + BM - 1 < wk0) continue;  // every query of the block is before every key of this warpgroup
         const floatX *cQ = sQ + buf * BM * HS, *cO = sO + buf * BM * HS;
         const float *cL = sL + buf * BM, *cD = sD + buf * BM;
+        if (!have_a) {  // K and V as A operands, in registers from the first query block on
+            tile_to_a(ka, myK, w, lane);
+            tile_to_a(va, myV, w, lane);
+            have_a = true;
+        }
         float st[32], dpt[32];
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(st, desc_k(myK, kk), desc_k(cQ, kk), kk);
+        for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(st, ka[kk], desc_k(cQ, kk), kk);
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dpt, desc_k(myV, kk), desc_k(cO, kk), kk);
+        for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(dpt, va[kk], desc_k(cO, kk), kk);
         wg_commit();
         wg_wait();
         wg_fence_regs(st);
@@ -499,6 +637,17 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
     LAUNCH_CHECK();
 }
 
+template <int NWG, int MINB>
+static void forward_pipe_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    constexpr int BM = 64 * NWG;
+    size_t smem = (size_t)(BM + 6 * 64) * HS * sizeof(floatX) + SMEM_SLACK;
+    auto kern = fwd_pipe_kernel<NWG, MINB>;
+    set_smem(kern, smem);
+    dim3 grid(ceil_div(T, BM), B * NH);
+    kern<<<grid, NWG * 128, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
+    LAUNCH_CHECK();
+}
+
 // the dk/dv kernel (with the atomic dq when dq_acc != NULL)
 template <int NWG, int MINB>
 static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const floatX *qkv, const float *lse,
@@ -521,7 +670,7 @@ static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const f
 
 // deterministic backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel
 // (each writes its part of dqkv)
-template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
+template <int DQ_NWG, int DQ_MINB, bool DQ_RA, int KV_NWG, int KV_MINB>
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                          float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
@@ -531,7 +680,7 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
     {
         constexpr int BM = 64 * DQ_NWG, BN = 64;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
-        auto kern = bwd_dq_kernel<DQ_NWG, DQ_MINB>;
+        auto kern = bwd_dq_kernel<DQ_NWG, DQ_MINB, DQ_RA>;
         set_smem(kern, smem);
         kern<<<dim3(ceil_div(T, BM), B * NH), DQ_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
                                                                        scale_log2, scale);
@@ -562,7 +711,7 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
 }
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                      float *scratch, int B, int T, int NH, cudaStream_t s) {
-    backward_cfg<2, 2, 1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    backward_cfg<1, 3, true, 1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
 }
 static void backward_atomic(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                             float *scratch, int B, int T, int NH, cudaStream_t s) {
