@@ -236,6 +236,13 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     zero(o);
     const floatX *myQ = sQ + wg * 64 * HS;
     uint32_t qa[BN == 64 ? 4 : 1][4];  // BN 64: Q as the A operand of S = Q K^T, in registers
+    if constexpr (BN == 64) {
+        // before the loop: loaded there, at its first step, these fragments gave wrong results
+        // from the second key block on (measured on the H200, 2026-12-03; cause not found)
+        cp_async_wait<0>();
+        __syncthreads();
+        tile_to_a(qa, myQ, w, lane);
+    }
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
         cp_async_wait<0>();
@@ -249,8 +256,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         const int k0 = n * BN;
         if (k0 > wq0 + 63) continue;  // every key of the block is after every row of this warpgroup
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
-        if constexpr (BN == 64)
-            if (n == 0) tile_to_a(qa, myQ, w, lane);
         float s[BN / 2];
         wg_fence();
         if constexpr (BN == 64) {
@@ -281,92 +286,12 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     write_out(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 }
 
-// forward, software-pipelined (BN = 64, Q in registers, K/V in 3 buffers): in step n the
-// warpgroup issues S_n = Q K_n^T and then O += P_(n-1) V_(n-1), waits for S_n only, and forms
-// P_n while the P V product runs; O takes P_n's rescaling once that product is done.
-template <int NWG, int MINB>
-__global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, float *lse, const floatX *qkv, int T,
-                                                                  int NH, float scale_log2) {
-    constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128, NBUF = 3;
-    // a warpgroup's last P V runs after the loop, from the buffer of its last block; with more
-    // than 2 warpgroups the others' loads would refill that buffer first
-    static_assert(NWG <= 2, "fwd_pipe_kernel: at most 2 warpgroups");
-    floatX *sQ = smem_base();
-    floatX *sK = sQ + BM * HS;         // NBUF buffers
-    floatX *sV = sK + NBUF * BN * HS;  // NBUF buffers
-    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const int q0 = mb * BM, wq0 = q0 + wg * 64, row_lo = wq0 + w * 16 + g;
-    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
-    // the blocks this warpgroup sees: 0 .. last (its rows end at wq0 + 63)
-    const int last = min(nblocks - 1, (wq0 + 63) / BN);
-
-    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
-    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
-    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
-    cp_async_commit();
-
-    float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    zero(o);
-    uint32_t qa[4][4], pp[4][4] = {};  // Q; P of the previous block (read by the P V product in flight)
-    cp_async_wait<0>();
-    __syncthreads();
-    tile_to_a(qa, sQ + wg * 64 * HS, w, lane);
-    for (int n = 0; n < nblocks; n++) {
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();  // block n landed; every warpgroup is done with block n - 2's buffer
-        if (n + 1 < nblocks) {
-            const int nb = (n + 1) % NBUF;
-            load_tile<BN, HS, NT>(sK + nb * BN * HS, kb, (n + 1) * BN, 3 * C, T);
-            load_tile<BN, HS, NT>(sV + nb * BN * HS, vb, (n + 1) * BN, 3 * C, T);
-            cp_async_commit();
-        }
-        if (n > last) continue;
-        // step 0 has no previous P: it multiplies P = 0 with block 0's V (a branch around the
-        // product would make ptxas serialize every wgmma of the kernel)
-        const floatX *cK = sK + (n % NBUF) * BN * HS, *pV = sV + (n == 0 ? 0 : (n - 1) % NBUF) * BN * HS;
-        float s[32];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(s, qa[kk], desc_k(cK, kk), kk);
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pp[kk], desc_mn(pV, kk));
-        wg_commit();
-        wg_wait<1>();  // S_n done; the P V product may still run
-        wg_fence_regs(s);
-        mask_causal<BN>(s, n * BN, wq0 + w * 16, row_lo, tq);
-        float alpha[2];
-        online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
-        wg_wait<0>();
-        wg_fence_regs(o);
-#pragma unroll
-        for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
-        // packed only now: pp is the A operand of the product that just finished
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) acc_to_a(pp[kk], s, kk);
-    }
-    {  // the last block's P V
-        const floatX *lV = sV + (last % NBUF) * BN * HS;
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pp[kk], desc_mn(lV, kk));
-        wg_commit();
-        wg_wait();
-        wg_fence_regs(o);
-    }
-    write_out(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
-}
-
 // ---------------------------------------------------------------------------------------
 // backward, dq (deterministic): one block = NWG warpgroups x 64 query rows, walking the key
 // blocks of 64 up to the diagonal in order. Per block: S = Q K^T and dP = dO V^T (one batch of
 // wgmma), dS = P (dP - D) in registers, dQ += dS K.
-// RA: Q and dO as register A operands (half the shared-memory reads, 32 more registers)
-template <int NWG, int MINB, bool RA>
+// (Q and dO as register A operands measured slower: 32 more registers cost occupancy)
+template <int NWG, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
                                                           const float *lse, const float *D, int T, int NH,
                                                           float scale_log2, float scale) {
@@ -398,7 +323,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
     float dq[32];
     zero(dq);
     const floatX *myQ = sQ + wg * 64 * HS, *myO = sO + wg * 64 * HS;
-    uint32_t qa[RA ? 4 : 1][4], oa[RA ? 4 : 1][4];
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
         cp_async_wait<0>();
@@ -412,24 +336,12 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         const int k0 = n * BN;
         if (k0 > wq0 + 63) continue;
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
-        if constexpr (RA)
-            if (n == 0) {
-                tile_to_a(qa, myQ, w, lane);
-                tile_to_a(oa, myO, w, lane);
-            }
         float s[32], dp[32];
         wg_fence();
-        if constexpr (RA) {
 #pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(s, qa[kk], desc_k(cK, kk), kk);
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
 #pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(dp, oa[kk], desc_k(cV, kk), kk);
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
-#pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
-        }
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
         wg_commit();
         wg_wait();
         wg_fence_regs(s);
@@ -509,8 +421,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     zero(dv);
     const floatX *myK = sK + wg * 64 * HS, *myV = sV + wg * 64 * HS;
     floatX *mydS = sdS + wg * 64 * BM;
-    uint32_t ka[4][4], va[4][4];
-    bool have_a = false;
+    uint32_t ka[4][4], va[4][4];  // K and V as A operands (half the shared-memory reads)
+    cp_async_wait<0>();
+    __syncthreads();
+    tile_to_a(ka, myK, w, lane);
+    tile_to_a(va, myV, w, lane);
     for (int m = mstart; m < mend; m++) {
         const int buf = (m - mstart) & 1;
         cp_async_wait<0>();
@@ -531,11 +446,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         if (q0 + BM - 1 < wk0) continue;  // every query of the block is before every key of this warpgroup
         const floatX *cQ = sQ + buf * BM * HS, *cO = sO + buf * BM * HS;
         const float *cL = sL + buf * BM, *cD = sD + buf * BM;
-        if (!have_a) {  // K and V as A operands, in registers from the first query block on
-            tile_to_a(ka, myK, w, lane);
-            tile_to_a(va, myV, w, lane);
-            have_a = true;
-        }
         float st[32], dpt[32];
         wg_fence();
 #pragma unroll
@@ -637,17 +547,6 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
     LAUNCH_CHECK();
 }
 
-template <int NWG, int MINB>
-static void forward_pipe_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    constexpr int BM = 64 * NWG;
-    size_t smem = (size_t)(BM + 6 * 64) * HS * sizeof(floatX) + SMEM_SLACK;
-    auto kern = fwd_pipe_kernel<NWG, MINB>;
-    set_smem(kern, smem);
-    dim3 grid(ceil_div(T, BM), B * NH);
-    kern<<<grid, NWG * 128, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
-    LAUNCH_CHECK();
-}
-
 // the dk/dv kernel (with the atomic dq when dq_acc != NULL)
 template <int NWG, int MINB>
 static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const floatX *qkv, const float *lse,
@@ -670,7 +569,7 @@ static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const f
 
 // deterministic backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel
 // (each writes its part of dqkv)
-template <int DQ_NWG, int DQ_MINB, bool DQ_RA, int KV_NWG, int KV_MINB>
+template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                          float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
@@ -680,7 +579,7 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
     {
         constexpr int BM = 64 * DQ_NWG, BN = 64;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
-        auto kern = bwd_dq_kernel<DQ_NWG, DQ_MINB, DQ_RA>;
+        auto kern = bwd_dq_kernel<DQ_NWG, DQ_MINB>;
         set_smem(kern, smem);
         kern<<<dim3(ceil_div(T, BM), B * NH), DQ_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
                                                                        scale_log2, scale);
@@ -711,7 +610,7 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
 }
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                      float *scratch, int B, int T, int NH, cudaStream_t s) {
-    backward_cfg<1, 3, true, 1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    backward_cfg<2, 2, 1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
 }
 static void backward_atomic(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                             float *scratch, int B, int T, int NH, cudaStream_t s) {

@@ -126,14 +126,11 @@ typedef void (*BwdFn)(floatX *, const floatX *, const floatX *, const floatX *, 
 // tile-shape variants for hs = 64 (the first of each is the default in attention.cuh): with
 // FLASH_WGMMA the wgmma kernels of attention_sm90.cuh first, then attention.cuh's mma.sync ones
 #if FLASH_WGMMA
-#define WG_FWD flash90::forward_cfg<2, 64, 2>, flash90::forward_pipe_cfg<1, 3>, flash90::forward_pipe_cfg<2, 1>, \
-               flash90::forward_pipe_cfg<2, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_cfg<2, 128, 1>,
-#define WG_FWD_NAMES "wgmma fwd NWG2 BN64 2/SM", "wgmma pipelined fwd NWG1 3/SM", "wgmma pipelined fwd NWG2", \
-                     "wgmma pipelined fwd NWG2 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma fwd NWG2 BN128",
-#define WG_BWD flash90::backward_cfg<1, 3, true, 1, 2>, flash90::backward_cfg<2, 2, false, 1, 2>, \
-               flash90::backward_cfg<3, 1, true, 1, 2>, flash90::backward_cfg<2, 1, true, 2, 1>,
-#define WG_BWD_NAMES "wgmma bwd dq(NWG1 3/SM, A regs) kv(NWG1 2/SM)", "wgmma bwd dq(NWG2 2/SM, A shared) kv(NWG1 2/SM)", \
-                     "wgmma bwd dq(NWG3, A regs) kv(NWG1 2/SM)", "wgmma bwd dq(NWG2, A regs) kv(NWG2)",
+#define WG_FWD flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_cfg<2, 128, 1>,
+#define WG_FWD_NAMES "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma fwd NWG2 BN128",
+#define WG_BWD flash90::backward_cfg<2, 2, 1, 2>, flash90::backward_cfg<2, 2, 2, 1>, flash90::backward_cfg<1, 3, 1, 2>,
+#define WG_BWD_NAMES "wgmma bwd dq(NWG2 2/SM) kv(NWG1 2/SM)", "wgmma bwd dq(NWG2 2/SM) kv(NWG2)", \
+                     "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)",
 #define WG_ABWD flash90::backward_atomic_cfg<1, 2>, flash90::backward_atomic_cfg<2, 1>, flash90::backward_atomic_cfg<1, 1>,
 #define WG_ABWD_NAMES "wgmma atomic kv(NWG1 2/SM)", "wgmma atomic kv(NWG2)", "wgmma atomic kv(NWG1)",
 #else
