@@ -234,15 +234,10 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
 
     float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     zero(o);
+    // Q stays an all-shared operand here: with Q as a register A operand (as K and V are in the
+    // dk/dv kernel) this kernel gave wrong results from the second key block on, on the H200
+    // (2026-12-03; cause not found, dev/PERF.md), for a 1.5% gain
     const floatX *myQ = sQ + wg * 64 * HS;
-    uint32_t qa[BN == 64 ? 4 : 1][4];  // BN 64: Q as the A operand of S = Q K^T, in registers
-    if constexpr (BN == 64) {
-        // before the loop: loaded there, at its first step, these fragments gave wrong results
-        // from the second key block on (measured on the H200, 2026-12-03; cause not found)
-        cp_async_wait<0>();
-        __syncthreads();
-        tile_to_a(qa, myQ, w, lane);
-    }
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
         cp_async_wait<0>();
@@ -258,13 +253,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
         float s[BN / 2];
         wg_fence();
-        if constexpr (BN == 64) {
 #pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(s, qa[kk], desc_k(cK, kk), kk);
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
-        }
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
         wg_commit();
         wg_wait();
         wg_fence_regs(s);

@@ -16,8 +16,10 @@ int main() {
 using namespace flash90;
 
 // X (64 x 64), Y (128 x 64), Z (64 x 64) row-major in global memory.
-// s1 = X Y[0:64]^T (64 x 64), s2 = X Y^T (64 x 128), o = floatX(s1) Z (64 x 64)
-__global__ void wgmma_probe_kernel(float *s1, float *s2, float *o, const floatX *X, const floatX *Y, const floatX *Z) {
+// s1 = X Y[0:64]^T (64 x 64), s2 = X Y^T (64 x 128), o = floatX(s1) Z (64 x 64),
+// s3 = X Y[0:64]^T again with X as a register operand (ldmatrix fragments)
+__global__ void wgmma_probe_kernel(float *s1, float *s2, float *o, float *s3, const floatX *X, const floatX *Y,
+                                   const floatX *Z) {
     floatX *sX = smem_base(), *sY = sX + 64 * HS, *sZ = sY + 128 * HS;
     flash::load_tile<64, HS, 128>(sX, X, 0, HS, 64);
     flash::load_tile<128, HS, 128>(sY, Y, 0, HS, 128);
@@ -26,17 +28,23 @@ __global__ void wgmma_probe_kernel(float *s1, float *s2, float *o, const floatX 
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
-    float a[32], b[64], c[32];
+    const int t = threadIdx.x, w = t / 32, g = (t & 31) >> 2, q = t & 3;
+    float a[32], b[64], c[32], e[32];
+    uint32_t xa[4][4];
+    tile_to_a(xa, sX, w, t & 31);
     zero(c);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) mma_ss<64>(a, desc_k(sX, kk), desc_k(sY, kk), kk);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) mma_ss<128>(b, desc_k(sX, kk), desc_k(sY, kk), kk);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) mma_rs<0>(e, xa[kk], desc_k(sY, kk), kk);
     wg_commit();
     wg_wait();
     wg_fence_regs(a);
     wg_fence_regs(b);
+    wg_fence_regs(e);
     uint32_t pa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) acc_to_a(pa[kk], a, kk);
@@ -46,12 +54,12 @@ __global__ void wgmma_probe_kernel(float *s1, float *s2, float *o, const floatX 
     wg_commit();
     wg_wait();
     wg_fence_regs(c);
-    const int t = threadIdx.x, w = t / 32, g = (t & 31) >> 2, q = t & 3;
     for (int i = 0; i < 64; i++) {  // accumulator element i: row 16w + g + 8((i>>1)&1), column 8(i>>2) + 2q + (i&1)
         int row = 16 * w + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
         if (i < 32) {
             s1[row * 64 + col] = a[i];
             o[row * 64 + col] = c[i];
+            s3[row * 64 + col] = e[i];
         }
         s2[row * 128 + col] = b[i];
     }
@@ -85,13 +93,15 @@ int main(int argc, char **argv) {
     for (auto &x : Y) x = (floatX)frand();
     for (auto &x : Z) x = (floatX)frand();
     floatX *dX, *dY, *dZ;
-    float *ds1, *ds2, *dO;
+    float *ds1, *ds2, *dO, *ds3;
     CUDA_CHECK(cudaMalloc(&dX, X.size() * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&dY, Y.size() * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&dZ, Z.size() * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&ds1, 64 * 64 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&ds2, 64 * 128 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&dO, 64 * 64 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&ds3, 64 * 64 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(ds3, 0xFF, 64 * 64 * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(dX, X.data(), X.size() * sizeof(floatX), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dY, Y.data(), Y.size() * sizeof(floatX), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dZ, Z.data(), Z.size() * sizeof(floatX), cudaMemcpyHostToDevice));
@@ -100,10 +110,11 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMemset(dO, 0xFF, 64 * 64 * sizeof(float)));
     size_t smem = (64 + 128 + 64) * HS * sizeof(floatX) + SMEM_SLACK;
     CUDA_CHECK(cudaFuncSetAttribute(wgmma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    wgmma_probe_kernel<<<1, 128, smem>>>(ds1, ds2, dO, dX, dY, dZ);
+    wgmma_probe_kernel<<<1, 128, smem>>>(ds1, ds2, dO, ds3, dX, dY, dZ);
     LAUNCH_CHECK();
     CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> s1(64 * 64), s2(64 * 128), o(64 * 64);
+    std::vector<float> s1(64 * 64), s2(64 * 128), o(64 * 64), s3(64 * 64);
+    CUDA_CHECK(cudaMemcpy(s3.data(), ds3, s3.size() * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(s1.data(), ds1, s1.size() * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(s2.data(), ds2, s2.size() * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(o.data(), dO, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -126,6 +137,7 @@ int main(int argc, char **argv) {
     check("X Y^T, n64, K-major A and B", s1, r1, 1e-4);
     check("X Y^T, n128, K-major A and B", s2, r2, 1e-4);
     check("acc->A regs, Z MN-major (P V)", o, ro, 1e-4);
+    check("X Y^T, X ldmatrix regs, Y K-major", s3, r1, 1e-4);
     printf("%d failed\n", failed);
     return failed ? 1 : 0;
 }
