@@ -1068,11 +1068,8 @@ template <int HS>
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                      float *scratch, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
-    if constexpr (HS == 64) {
-        if (g_deterministic) flash90::backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
-        else flash90::backward_atomic(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
-        return;
-    }
+    // the wgmma backward is deterministic and faster than the atomic-dq one: both modes take it
+    if constexpr (HS == 64) return flash90::backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
 #endif
     if (g_deterministic)
         backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(

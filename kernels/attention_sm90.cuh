@@ -100,13 +100,6 @@ __device__ __forceinline__ void mma_ss<128>(float (&d)[64], uint64_t da, uint64_
                  : WG_F32(0), WG_F32(32)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
-// d (64 x 64) (+)= A (64 x 16) B (16 x 64), both shared and MN-major (A stored as A^T row-major)
-__device__ __forceinline__ void mma_ss_mn(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16" WG_TYPES " " WG_R32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
-                 : WG_F32(0)
-                 : "l"(da), "l"(db), "r"(accumulate));
-}
 // d (64 x 64) (+)= A (64 x 16, registers: 4 packed pairs) B (16 x 64, shared; TB: 0 K-major,
 // 1 MN-major). Registers for A halve the shared-memory reads: at n64 an all-shared wgmma reads
 // 4 KB per 32 tensor-core clocks, the SM's whole 128 bytes a clock.
@@ -372,21 +365,19 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
 // that P^T and dS^T are accumulators and feed dV += P^T dO and dK += dS^T Q from registers:
 // S^T = K Q^T and dP^T = V dO^T (one batch), then P^T, dV issued, dS^T = P^T (dP^T - D)
 // computed while it runs, then dK.
-// ADQ (the atomic-dq backward): each warpgroup also forms its keys' share of dq, dS K, from
-// dS^T staged in shared memory (read back as the MN-major A operand), and adds it to the fp32
-// dq_acc (B, NH, T, 64) with float2 atomics; the order of those additions is not fixed.
-template <int NWG, int MINB, bool ADQ>
-__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv, float *dq_acc, const floatX *dout,
+// (An atomic-dq form, dq += dS K from dS^T staged in shared memory with fp32 atomics, 5
+// products instead of 7, measured no faster than this kernel plus the dq kernel: removed.)
+template <int NWG, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout,
                                                                   const floatX *qkv, const float *lse, const float *D,
                                                                   int T, int NH, float scale_log2, float scale) {
     constexpr int BN = 64 * NWG, BM = 64, NT = NWG * 128;
     floatX *sK = smem_base();
     floatX *sV = sK + BN * HS;
     floatX *sQ = sV + BN * HS;      // 2 buffers
-    floatX *sO = sQ + 2 * BM * HS;  // dout, 2 buffers
-    floatX *sdS = sO + 2 * BM * HS;  // ADQ only: dS^T, 64 keys x 64 queries per warpgroup
-    float *sL = reinterpret_cast<float *>(sdS + (ADQ ? BN * BM : 0));  // lse * log2(e), 2 buffers
-    float *sD = sL + 2 * BM;                                           // D, 2 buffers
+    floatX *sO = sQ + 2 * BM * HS;                            // dout, 2 buffers
+    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse * log2(e), 2 buffers
+    float *sD = sL + 2 * BM;                                  // D, 2 buffers
     const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int nb = blockIdx.x;  // key block 0 has the most work: first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
@@ -410,7 +401,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     zero(dk);
     zero(dv);
     const floatX *myK = sK + wg * 64 * HS, *myV = sV + wg * 64 * HS;
-    floatX *mydS = sdS + wg * 64 * BM;
     uint32_t ka[4][4], va[4][4];  // K and V as A operands (half the shared-memory reads)
     cp_async_wait<0>();
     __syncthreads();
@@ -465,43 +455,13 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - cD[8 * (i >> 2) + 2 * tq + (i & 1)]);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], dpt, kk);
-        if constexpr (ADQ) {
-            // dS^T (this warpgroup's 64 keys x 64 queries) to shared memory, swizzled like the tiles:
-            // da[kk][2 * hi + rr] holds row 16w + g + 8rr, columns 16kk + 8hi + 2q, + 1
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    const int r = w * 16 + g + 8 * (x & 1), chunk = 2 * kk + (x >> 1);
-                    *reinterpret_cast<uint32_t *>(mydS + r * BM + ((chunk ^ (r & 7)) << 3) + 2 * tq) = da[kk][x];
-                }
-            fence_proxy_async();
-            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's 4 warps
-        }
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dk, da[kk], desc_mn(cQ, kk));
-        float dq[ADQ ? 32 : 1];
-        if constexpr (ADQ) {
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) mma_ss_mn(dq, desc_mn(mydS, kk), desc_mn(myK, kk), kk);
-        }
         wg_commit();
         wg_wait();
         wg_fence_regs(dv);
         wg_fence_regs(dk);
-        if constexpr (ADQ) {
-            wg_fence_regs(dq);
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                const int q = q0 + w * 16 + g + 8 * rr;
-                if (q < T) {
-                    float *p = dq_acc + ((size_t)bh * T + q) * HS + 2 * tq;
-#pragma unroll
-                    for (int j = 0; j < HS / 8; j++) flash::atomic_add2(p + 8 * j, dq[4 * j + 2 * rr], dq[4 * j + 2 * rr + 1]);
-                }
-            }
-        }
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -537,28 +497,8 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
     LAUNCH_CHECK();
 }
 
-// the dk/dv kernel (with the atomic dq when dq_acc != NULL)
-template <int NWG, int MINB>
-static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const floatX *qkv, const float *lse,
-                        const float *Dbuf, int B, int T, int NH, float scale_log2, float scale, cudaStream_t s) {
-    constexpr int BN = 64 * NWG, BM = 64;
-    size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float) + SMEM_SLACK;
-    dim3 grid(ceil_div(T, BN), B * NH);
-    if (dq_acc) {
-        smem += (size_t)BN * BM * sizeof(floatX);
-        auto kern = bwd_dkdv_kernel<NWG, MINB, true>;
-        set_smem(kern, smem);
-        kern<<<grid, NWG * 128, smem, s>>>(dqkv, dq_acc, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
-    } else {
-        auto kern = bwd_dkdv_kernel<NWG, MINB, false>;
-        set_smem(kern, smem);
-        kern<<<grid, NWG * 128, smem, s>>>(dqkv, NULL, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
-    }
-    LAUNCH_CHECK();
-}
-
-// deterministic backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel
-// (each writes its part of dqkv)
+// backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel (each writes its
+// part of dqkv); deterministic, and the fastest here in either --deterministic mode
 template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                          float *scratch, int B, int T, int NH, cudaStream_t s) {
@@ -575,23 +515,15 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
                                                                        scale_log2, scale);
         LAUNCH_CHECK();
     }
-    launch_dkdv<KV_NWG, KV_MINB>(dqkv, NULL, dout, qkv, lse, scratch, B, T, NH, scale_log2, scale, s);
-}
-
-// atomic-dq backward: D (and dq_acc = 0), the one dk/dv/dq kernel, then dq_acc -> dqkv.
-// scratch as attention.cuh's flash_attention_backward_scratch_elems(..., 0)
-template <int NWG, int MINB>
-static void backward_atomic_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
-                                const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
-    float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
-    long rows = (long)B * NH * T;
-    float *dq_acc = scratch + flash_dq_acc_offset(rows);
-    flash::bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, dq_acc, dout, out, B, T, NH);
-    LAUNCH_CHECK();
-    launch_dkdv<NWG, MINB>(dqkv, dq_acc, dout, qkv, lse, scratch, B, T, NH, scale_log2, scale, s);
-    long n = rows * (HS / 8);
-    flash::bwd_dq_convert_kernel<HS><<<ceil_div(n, 256), 256, 0, s>>>(dqkv, dq_acc, B, T, NH, scale);
-    LAUNCH_CHECK();
+    {
+        constexpr int BN = 64 * KV_NWG, BM = 64;
+        size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float) + SMEM_SLACK;
+        auto kern = bwd_dkdv_kernel<KV_NWG, KV_MINB>;
+        set_smem(kern, smem);
+        kern<<<dim3(ceil_div(T, BN), B * NH), KV_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
+                                                                       scale_log2, scale);
+        LAUNCH_CHECK();
+    }
 }
 
 // the defaults: the fastest variants of build/test_attention --bench (dev/PERF.md)
@@ -601,10 +533,6 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
 static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                      float *scratch, int B, int T, int NH, cudaStream_t s) {
     backward_cfg<2, 2, 1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
-}
-static void backward_atomic(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                            float *scratch, int B, int T, int NH, cudaStream_t s) {
-    backward_atomic_cfg<1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
 }
 
 }  // namespace flash90
