@@ -24,7 +24,7 @@ PRECISION ?= BF16
 GPU_ARCH ?= 90a
 FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
 NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
-             -DPRECISION=$(PRECISION) -I.
+             -DGPU_CC=$(subst a,,$(GPU_ARCH)) -DPRECISION=$(PRECISION) -I.
 NVCC_LIBS = -lcublas -lcublasLt -lnccl
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 MPICC ?= mpicc

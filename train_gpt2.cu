@@ -995,6 +995,13 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaSetDevice(dev));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+#ifdef GPU_CC
+    // the binary holds machine code for one compute capability only (the Makefile's GPU_ARCH)
+    if (prop.major * 10 + prop.minor != GPU_CC)
+        fatal("this train_gpt2cu is built for GPUs of compute capability %d.%d (H100/H200), but GPU %d (%s) is %d.%d; "
+              "rebuild with make GPU_ARCH=%d%d (untested on other GPUs)", GPU_CC / 10, GPU_CC % 10, dev, prop.name,
+              prop.major, prop.minor, prop.major, prop.minor);
+#endif
     size_t used0 = device_used_bytes();
     Comm comm;
     comm_init(&comm, &pg, pg.world > 1 ? backend : COMM_BACKEND_NONE);
