@@ -5,8 +5,10 @@
 // The same algorithm as attention.cuh's mma.sync kernels (FlashAttention-2: online softmax
 // forward keeping the log-sum-exp, backward recomputing P), with each matrix product issued
 // by a warpgroup of 4 warps as one wgmma over 64 rows instead of per-warp 16-row mma.sync:
-// the operands come straight from shared memory (no ldmatrix), the accumulators stay in
-// registers, and P / dS feed the next product from registers.
+// the operands come straight from shared memory (the dk/dv kernel keeps its K and V rows in
+// registers, read once with ldmatrix), the accumulators stay in registers, and P / dS feed
+// the next product from registers. Kernels: forward (fwd_kernel), backward as dq (bwd_dq_kernel)
+// and dk, dv (bwd_dkdv_kernel), deterministic; tile shapes and what was measured: dev/PERF.md.
 //
 // Shared-memory tiles: a tile is ROWS x 64 bf16/fp16, 128 bytes a row, the 16-byte chunk c of
 // row r stored at chunk c ^ (r & 7): attention.cuh's load_tile layout. With the tile at a
@@ -40,8 +42,7 @@ using flash::fast_exp2;
 using flash::load_tile;
 using flash::pack2;
 
-constexpr int HS = 64;          // head size of these kernels
-constexpr int ROW_BYTES = 128;  // one tile row: 64 16-bit values
+constexpr int HS = 64;  // head size of these kernels: a tile row is 128 bytes, one swizzle span
 
 #if PRECISION == PRECISION_BF16
 #define WG_TYPES ".f32.bf16.bf16"
