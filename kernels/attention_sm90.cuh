@@ -62,9 +62,8 @@ __device__ __forceinline__ uint64_t desc_mn(const floatX *tile, int kk) { return
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-// wait until at most N of this warpgroup's committed wgmma groups are pending (they complete in order)
-template <int N = 0>
-__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// wait until every wgmma group this warpgroup committed is done
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // after wg_wait: keeps the compiler from reading accumulators before the wait
 template <int N>
 __device__ __forceinline__ void wg_fence_regs(float (&d)[N]) {
