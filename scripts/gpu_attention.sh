@@ -28,8 +28,6 @@ for p in "" _fp16; do
 done
 timeout 150 python3 dev/bench_attention.py $BIN/test_attention > "$OUT/bench_attention.log" 2>&1
 if [ "${TRAIN_BENCH:-0}" = 1 ] && [ $ok = 1 ]; then
-    ls data/tinyshakespeare/tiny_shakespeare_train_*.bin > /dev/null 2>&1 ||
-        { mkdir -p data/tinyshakespeare && cp .carry/ts/*.bin data/tinyshakespeare/; }
     CU=$BIN/train_gpt2cu CU_R=0 D24_BATCHES="" STEPS=30 BUDGET_S=200 OUT="$OUT/bench" \
         timeout 230 bash scripts/bench_gpu.sh > /dev/null 2>&1
 fi

@@ -13,10 +13,6 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_verify}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT/check" "$OUT/bench"
-# the benchmark reads data/tinyshakespeare: take the carried shards when they are not there
-if ! ls data/tinyshakespeare/tiny_shakespeare_train_*.bin > /dev/null 2>&1; then
-    mkdir -p data/tinyshakespeare && cp .carry/ts/*.bin data/tinyshakespeare/
-fi
 : > "$OUT/check/summary.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     if [ "${SKIP_ATTENTION:-0}" != 1 ]; then
