@@ -21,6 +21,7 @@ typedef struct {
     float beta;
     cublasLtEpilogue_t epi;
     int bias, aux, ldaux;  // bias: a bias vector (added; or, for DGELU_BGRAD, the fp32 gradient written)
+    int rowD;              // D stored row-major (CUBLASLT_ORDER_ROW; ldd = n)
 } Shape;
 
 int main(int argc, char **argv) {
@@ -39,7 +40,7 @@ int main(int argc, char **argv) {
         {"fcproj", 4 * C, C, L, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_DGELU, 1},
         {"lm_head", C, Vp, 1, CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_DEFAULT, 0},
     };
-    Shape shapes[20];
+    Shape shapes[40];
     int ns = 0;
     for (auto &l : layers) {
         int aux = l.fwd == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -49,6 +50,14 @@ int main(int argc, char **argv) {
         shapes[ns++] = {l.name, "dweight", l.per_step, l.cin, l.oc, N, 0, 1, l.cin, l.oc, l.cin, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, 0, 0, 0};
         if (aux) {  // the same dGELU GEMM also summing the input layer's bias gradient (fp32 out)
             shapes[ns++] = {l.name, "dinp+bgrad", l.per_step, l.cin, N, l.oc, 0, 0, l.cin, l.oc, l.cin, 0.0f, CUBLASLT_EPILOGUE_DGELU_BGRAD, 1, 1, l.cin};
+        }
+        if (l.bias) {  // the weight gradient transposed (dW^T = dout^T inp, dout as a plain A operand),
+                       // alone and with the bias gradient as A's k-sum in the epilogue (BGRADA)
+            shapes[ns++] = {l.name, "dwT", l.per_step, l.oc, l.cin, N, 0, 1, l.oc, l.cin, l.oc, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, 0, 0, 0};
+            shapes[ns++] = {l.name, "dwT+bgradA", l.per_step, l.oc, l.cin, N, 0, 1, l.oc, l.cin, l.oc, 0.0f, CUBLASLT_EPILOGUE_BGRADA, 1, 0, 0};
+            // the same with D row-major, which is dW's own layout (accumulating, beta 1)
+            shapes[ns++] = {l.name, "dwT rowD", l.per_step, l.oc, l.cin, N, 0, 1, l.oc, l.cin, l.cin, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, 0, 0, 0, 1};
+            shapes[ns++] = {l.name, "dwT+bgA rowD", l.per_step, l.oc, l.cin, N, 0, 1, l.oc, l.cin, l.cin, 1.0f, CUBLASLT_EPILOGUE_BGRADA, 1, 0, 0, 1};
         }
     }
     // operands: the largest of each role (the lm_head's N x Vp output, 4C-wide activations)
@@ -88,6 +97,10 @@ int main(int argc, char **argv) {
         const void *bptr = !sh->bias ? NULL : epilogue_is_bgrad(sh->epi) ? (const void *)bgrad : (const void *)bias;
         lt_call_create(&c, bptr, sh->m, sh->n, sh->k, sh->ta, sh->tb, sh->lda, sh->ldb, sh->ldd,
                        sh->epi, sh->aux ? Z : NULL, sh->ldaux);
+        if (sh->rowD) {
+            cublasLtOrder_t order = CUBLASLT_ORDER_ROW;
+            CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(c.ld, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof order));
+        }
         cublasLtMatmulHeuristicResult_t h[16];
         int na = lt_call_heuristic(&c, h, 16);
         double flops = 2.0 * sh->m * (double)sh->n * sh->k;
@@ -116,13 +129,13 @@ int main(int argc, char **argv) {
         if (first < 0) { printf("%-8s %-11s%5d %6d  (no working algorithm)\n", sh->layer, sh->call, sh->per_step, na); continue; }
         printf("%-8s %-11s%5d %6d %9.4f %8.1f %9.4f %8.1f %5d\n", sh->layer, sh->call, sh->per_step, na, first, flops / first * 1e-9,
                best, flops / best * 1e-9, besti);
-        if (epilogue_is_bgrad(sh->epi)) continue;
+        if (epilogue_is_bgrad(sh->epi) || !strncmp(sh->call, "dwT", 3)) continue;
         tot_first += first * sh->per_step;
         tot_best += best * sh->per_step;
         tot_flops += flops * sh->per_step;
     }
     CUDA_CHECK(cudaGetLastError());
-    // (the dinp+bgrad row is the dinp row with fc's bias gradient: not in the totals)
+    // (the dinp+bgrad and dwT rows are alternatives to rows counted: not in the totals)
     printf("per step: first %.2f ms (%.1f TFLOP/s), fastest %.2f ms (%.1f TFLOP/s), %.1f TFLOP\n", tot_first,
            tot_flops / tot_first * 1e-9, tot_best, tot_flops / tot_best * 1e-9, tot_flops * 1e-12);
     return 0;

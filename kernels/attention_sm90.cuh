@@ -36,8 +36,6 @@
 
 namespace flash90 {
 
-using flash::cp_async_commit;
-using flash::cp_async_wait;
 using flash::fast_exp2;
 using flash::load_tile;
 using flash::pack2;

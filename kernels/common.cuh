@@ -110,6 +110,18 @@ __device__ __forceinline__ void store128cs(T *p, const Vec128<T> &x) {
     __stcs(reinterpret_cast<int4 *>(p), *reinterpret_cast<const int4 *>(&x));
 }
 
+// 16-byte asynchronous copy global -> shared (cp.async, bypassing L1), in commit groups;
+// valid == false zero-fills the 16 bytes and reads nothing
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid = true) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// wait until at most N of this thread's commit groups are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 // 2^x through the hardware unit (ex2.approx.ftz: about 2 ulp, denormal results flushed to
 // 0, 2^-inf = 0): one instruction where exp2f/expf cost a handful
 __device__ __forceinline__ float ex2_approx(float x) {
