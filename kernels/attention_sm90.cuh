@@ -24,6 +24,7 @@
 // the mma.sync m16n8 layout per warp; packed to 16-bit pairs it is the A operand layout of
 // the next wgmma (as in the mma.sync kernels).
 #pragma once
+#include <type_traits>
 
 #ifndef FLASH_WGMMA
 #define FLASH_WGMMA 0
@@ -146,10 +147,11 @@ __device__ __forceinline__ floatX *smem_base() {
 
 // ---------------------------------------------------------------------------------------
 // forward helpers. s: the 64 x BN scores of keys k0.. for this thread's rows row_lo, row_lo + 8
-// (w0: the first row of this warp); -inf where key > row
+// (wg0: the first row of this warpgroup); -inf where key > row. The early return is decided per
+// warpgroup, never per warp: see the dq kernel on branches before a wgmma.
 template <int BN>
-__device__ __forceinline__ void mask_causal(float (&s)[BN / 2], int k0, int w0, int row_lo, int tq) {
-    if (k0 + BN - 1 <= w0) return;  // the diagonal does not cross this warp's rows
+__device__ __forceinline__ void mask_causal(float (&s)[BN / 2], int k0, int wg0, int row_lo, int tq) {
+    if (k0 + BN - 1 <= wg0) return;  // the diagonal does not cross this warpgroup's rows
 #pragma unroll
     for (int i = 0; i < BN / 2; i++)
         if (k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * ((i >> 1) & 1)) s[i] = -INFINITY;
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         wg_commit();
         wg_wait();
         wg_fence_regs(s);
-        mask_causal<BN>(s, k0, wq0 + w * 16, row_lo, tq);
+        mask_causal<BN>(s, k0, wq0, row_lo, tq);
         float alpha[2];
         online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
 #pragma unroll
@@ -327,14 +329,22 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         wg_wait();
         wg_fence_regs(s);
         wg_fence_regs(dp);
-        const bool need_mask = k0 + BN - 1 > wq0 + w * 16;
+        // dS = P (dP - D); the causal mask only in blocks the diagonal crosses (two copies of
+        // the loop, so the others carry no per-element compare and select). The branch must be
+        // uniform over the warpgroup: the compiler may copy the wgmma that follows into both
+        // arms, and warps of one warpgroup at different copies of a .aligned wgmma computed
+        // wrong products (dk, dv off by 20-50% on the H200 with a per-warp condition).
+        auto form_ds = [&](auto masked) {
 #pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int r = (i >> 1) & 1;
-            float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
-            if (need_mask && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
-            s[i] = p * (dp[i] - drow[r]);
-        }
+            for (int i = 0; i < 32; i++) {
+                const int r = (i >> 1) & 1;
+                float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
+                if (decltype(masked)::value && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
+                s[i] = p * (dp[i] - drow[r]);
+            }
+        };
+        if (k0 + BN - 1 > wq0) form_ds(std::true_type{});
+        else form_ds(std::false_type{});
         uint32_t da[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
@@ -434,6 +444,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         wg_wait();
         wg_fence_regs(st);
         wg_fence_regs(dpt);
+        // (the mask's compare stays per element here: the two-copy form of the dq kernel, in
+        // this kernel, gave wrong dk and dv on the H200 for T > 64; cause not found, PERF.md)
         const bool need_mask = wk0 + w * 16 + 15 > q0;  // some key of this warp is after some query
         uint32_t pa[4][4], da[4][4];
 #pragma unroll

@@ -8,48 +8,56 @@
 #pragma once
 #include "common.cuh"
 
-// The exponentials are base 2 on logits scaled by log2(e), through the hardware unit
-// (ex2_approx): the kernel does two per logit over 3.3e9 logits a d12 B=64 step, and
-// expf's instruction sequence made it issue-bound rather than bandwidth-bound. The
-// running max is updated once per 8-vector, not per element.
+// Instruction count is what limits this kernel once the row is read once (ncu on the H200:
+// issue slots 76% busy), so each logit costs as few as possible: the exponentials are base 2
+// through the hardware unit (ex2_approx) with log2(e) folded into one fma, the running max is
+// updated once per 8-vector, and the gradient's 1/sum and dloss are folded into the
+// exponent's offset, leaving one fma and one ex2 per logit; the target's entry is fixed up
+// afterwards by the thread that stored it.
 //
-// One row by the whole block: losses[0] = its loss, and with write_grad its gradient
+// One row by the whole block: *loss = its loss, and with write_grad its gradient (dloss > 0)
 // written to dst. src holds the row's logits, in device or shared memory; dst may be src.
 __device__ void classifier_row(const floatX *src, floatX *dst, float *loss, int tgt, float dloss, int write_grad,
                                int V, int Vp) {
     const float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
-    // per thread: m = max of log2(e) * logit, s = sum of 2^(log2(e) * logit - m)
+    // per thread: m = max of the logits, s = sum of 2^(log2(e) * (logit - m))
     float m = -INFINITY, s = 0.0f;
     int vecV = V / X128::size * X128::size;
     for (int c = threadIdx.x * X128::size; c < vecV; c += blockDim.x * X128::size) {
         X128 u = load128(src + c);
         float v[X128::size], vm = -INFINITY;
-        for (int k = 0; k < X128::size; k++) { v[k] = to_float(u[k]) * LOG2E; vm = fmaxf(vm, v[k]); }
-        if (vm > m) { s *= ex2_approx(m - vm); m = vm; }  // (m = -inf: 2^-inf = 0)
-        for (int k = 0; k < X128::size; k++) s += ex2_approx(v[k] - m);
+        for (int k = 0; k < X128::size; k++) { v[k] = to_float(u[k]); vm = fmaxf(vm, v[k]); }
+        if (vm > m) { s *= ex2_approx((m - vm) * LOG2E); m = vm; }  // (m = -inf: 2^-inf = 0)
+        const float mb = m * LOG2E;
+        for (int k = 0; k < X128::size; k++) s += ex2_approx(fmaf(v[k], LOG2E, -mb));
     }
     for (int c = vecV + threadIdx.x; c < V; c += blockDim.x) {
-        float v = to_float(src[c]) * LOG2E;
-        if (v > m) { s *= ex2_approx(m - v); m = v; }
-        s += ex2_approx(v - m);
+        float v = to_float(src[c]);
+        if (v > m) { s *= ex2_approx((m - v) * LOG2E); m = v; }
+        s += ex2_approx((v - m) * LOG2E);
     }
     float gm = block_max(m);
-    float gs = block_sum(m == -INFINITY ? 0.0f : s * ex2_approx(m - gm));
-    float lse = (gm + log2f(gs)) * LN2;  // natural log-sum-exp of the row
-    if (threadIdx.x == 0) *loss = lse - to_float(src[tgt]);
+    float gs = block_sum(m == -INFINITY ? 0.0f : s * ex2_approx((m - gm) * LOG2E));
+    float lse = gm + log2f(gs) * LN2;  // natural log-sum-exp of the row
+    const float xt = to_float(src[tgt]);
+    if (threadIdx.x == 0) *loss = lse - xt;
     if (!write_grad) return;
     __syncthreads();  // src[tgt] read above before any thread overwrites it (dst == src)
-    float inv = 1.0f / gs;
+    // softmax * dloss = 2^(log2(e) * logit - off)
+    const float off = lse * LOG2E - log2f(dloss);
     for (int c = threadIdx.x * X128::size; c < Vp; c += blockDim.x * X128::size) {
         X128 u = load128(src + c), o;
-        for (int k = 0; k < X128::size; k++) {
-            int col = c + k;
-            float p = col < V ? ex2_approx(to_float(u[k]) * LOG2E - gm) * inv : 0.0f;
-            float g = (p - (col == tgt ? 1.0f : 0.0f)) * dloss;
-            o[k] = from_float<floatX>(col < V ? g : 0.0f);
+        if (c + X128::size <= V) {
+            for (int k = 0; k < X128::size; k++) o[k] = from_float<floatX>(ex2_approx(fmaf(to_float(u[k]), LOG2E, -off)));
+        } else {  // the last real columns, and the padding (zero)
+            for (int k = 0; k < X128::size; k++)
+                o[k] = from_float<floatX>(c + k < V ? ex2_approx(fmaf(to_float(u[k]), LOG2E, -off)) : 0.0f);
         }
         store128(dst + c, o);
     }
+    // minus the one-hot: the thread that stored the target's vector (so after that store)
+    if (threadIdx.x == (tgt / X128::size) % blockDim.x)
+        dst[tgt] = from_float<floatX>(ex2_approx(fmaf(xt, LOG2E, -off)) - dloss);
 }
 
 // Streaming form, for rows too long to stage: one block per row, the logits read twice
@@ -97,11 +105,15 @@ fused_classifier_staged_kernel(floatX *logits, float *losses, const int *targets
     }
 }
 
-// losses (N) fp32. write_grad: overwrite logits with dlogits scaled by dloss. The staged
+// losses (N) fp32. write_grad: overwrite logits with dlogits scaled by dloss (> 0). The staged
 // kernel where two rows fit in one block's shared memory (bf16/fp16 at GPT-2's Vp: 201 KB),
 // else the streaming one.
 static void fused_classifier(floatX *logits, float *losses, const int *targets, float dloss, int write_grad,
                              int N, int V, int Vp, cudaStream_t s) {
+    if (write_grad && !(dloss > 0.0f)) {  // the kernel folds log2(dloss) into its exponent
+        fprintf(stderr, "error: fused_classifier: the loss gradient's scale must be > 0 (got %g)\n", dloss);
+        fatal_exit();
+    }
     static int num_sms = 0, smem_max = 0, smem_set = 0;
     if (!num_sms) {
         int dev;
