@@ -330,10 +330,9 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         wg_fence_regs(s);
         wg_fence_regs(dp);
         // dS = P (dP - D); the causal mask only in blocks the diagonal crosses (two copies of
-        // the loop, so the others carry no per-element compare and select). The branch must be
-        // uniform over the warpgroup: the compiler may copy the wgmma that follows into both
-        // arms, and warps of one warpgroup at different copies of a .aligned wgmma computed
-        // wrong products (dk, dv off by 20-50% on the H200 with a per-warp condition).
+        // the loop, so the others carry no per-element compare and select). The condition is
+        // uniform over the warpgroup: the compiler may copy the .aligned wgmma that follows into
+        // both arms, and all warps of a warpgroup must issue the same one.
         auto form_ds = [&](auto masked) {
 #pragma unroll
             for (int i = 0; i < 32; i++) {

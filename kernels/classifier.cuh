@@ -2,7 +2,7 @@
 // in one kernel, in place over the logits (no separate probabilities tensor).
 // For each row (position) of logits (N, Vp), over the V real columns only:
 //   loss[row] = logsumexp(logits) - logits[target]
-//   with dloss != 0: logits[row, :] <- (softmax(logits) - onehot(target)) * dloss,
+//   with write_grad: logits[row, :] <- (softmax(logits) - onehot(target)) * dloss (dloss > 0),
 //   and the padded columns V..Vp-1 <- 0.
 // The max and the sum of exponentials are computed in one online pass over a row.
 #pragma once
