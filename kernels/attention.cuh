@@ -521,23 +521,41 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
 }
 
 // ---------------------------------------------------------------------------------------
-// backward, step 1: D = rowsum(dout * out) per (b, h, t), fp32; one warp per row
-// (and, for the atomic-dq backward, zeroes the row's dq accumulator: dq_acc may be NULL)
+// backward, step 1: D = rowsum(dout * out) per (b, h, t), fp32
+// (and, for the atomic-dq backward, zeroes the row's dq accumulator: dq_acc may be NULL).
+// HS / X128::size threads per row, one 16-byte vector each, rows taken in memory order
+// (b, t, h), so a warp reads whole contiguous 128-byte lines: a warp per row with 4-byte
+// loads ran at a third of the memory's bandwidth (ncu, 2026-12-03).
 template <int HS>
 __global__ void bwd_dot_kernel(float *D, float *dq_acc, const floatX *dout, const floatX *out, int B, int T, int NH) {
-    int lane = threadIdx.x & 31;
-    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
-    if (row >= (long)B * NH * T) return;
-    if (dq_acc)
-        for (int i = lane * 4; i < HS; i += 128) *reinterpret_cast<float4 *>(dq_acc + row * HS + i) = make_float4(0, 0, 0, 0);
-    int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((long)T * NH));
-    size_t base = ((size_t)b * T + t) * NH * HS + h * HS;
+    constexpr int TPR = HS / X128::size;  // threads per row: a power of two up to 32
+    static_assert(HS % X128::size == 0 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "bwd_dot_kernel: head size");
+    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x, row = idx / TPR;  // row in (b, t, h) order
+    const int part = (int)(idx % TPR);
+    const bool live = row < (long)B * T * NH;
     float acc = 0.0f;
+    if (live) {
+        X128 d = load128cs(dout + row * HS + part * X128::size), o = load128cs(out + row * HS + part * X128::size);
 #pragma unroll
-    for (int i = lane * 2; i < HS; i += 64)
-        acc += to_float(dout[base + i]) * to_float(out[base + i]) + to_float(dout[base + i + 1]) * to_float(out[base + i + 1]);
-    acc = warp_sum(acc);
-    if (lane == 0) D[row] = acc;
+        for (int k = 0; k < X128::size; k++) acc += to_float(d[k]) * to_float(o[k]);
+    }
+#pragma unroll
+    for (int m = TPR / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (!live) return;
+    const int h = (int)(row % NH);
+    const long bt = row / NH, b = bt / T, t = bt % T;
+    const long drow = (b * NH + h) * T + t;
+    if (part == 0) D[drow] = acc;
+    if (dq_acc)
+        for (int i = part * X128::size; i < part * X128::size + X128::size; i += 4)
+            *reinterpret_cast<float4 *>(dq_acc + drow * HS + i) = make_float4(0, 0, 0, 0);
+}
+template <int HS>
+static void bwd_dot(float *D, float *dq_acc, const floatX *dout, const floatX *out, int B, int T, int NH,
+                    cudaStream_t s) {
+    long threads = (long)B * T * NH * (HS / X128::size);
+    bwd_dot_kernel<HS><<<ceil_div(threads, 256L), 256, 0, s>>>(D, dq_acc, dout, out, B, T, NH);
+    LAUNCH_CHECK();
 }
 
 // The atomic-dq backward's dS^T tile in shared memory: BN key rows x BM query columns, the
@@ -1027,9 +1045,7 @@ template <int HS, int KV_NW, int KV_BM, int KV_KT, int DQ_NW, int DQ_BN, int DQ_
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                          float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
-    long rows = (long)B * NH * T;
-    bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, NULL, dout, out, B, T, NH);
-    LAUNCH_CHECK();
+    bwd_dot<HS>(scratch, NULL, dout, out, B, T, NH, s);
     {
         constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * DQ_MT * NW;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
@@ -1050,8 +1066,7 @@ static void backward_atomic_cfg(floatX *dqkv, const floatX *dout, const floatX *
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
     long rows = (long)B * NH * T;
     float *dq_acc = scratch + flash_dq_acc_offset(rows);
-    bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, dq_acc, dout, out, B, T, NH);
-    LAUNCH_CHECK();
+    bwd_dot<HS>(scratch, dq_acc, dout, out, B, T, NH, s);
     launch_dkdv<HS, NW, BM, KT>(dqkv, dq_acc, dout, qkv, lse, scratch, B, T, NH, scale_log2, scale, s);
     long n = rows * (HS / 8);
     bwd_dq_convert_kernel<HS><<<ceil_div(n, 256), 256, 0, s>>>(dqkv, dq_acc, B, T, NH, scale);

@@ -512,9 +512,7 @@ template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
 static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
                          float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
-    long rows = (long)B * NH * T;
-    flash::bwd_dot_kernel<HS><<<ceil_div(rows, 8), 256, 0, s>>>(scratch, NULL, dout, out, B, T, NH);
-    LAUNCH_CHECK();
+    flash::bwd_dot<HS>(scratch, NULL, dout, out, B, T, NH, s);
     {
         constexpr int BM = 64 * DQ_NWG, BN = 64;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
