@@ -13,35 +13,83 @@
 #pragma once
 #include "common.cuh"
 
-// grid (ceil(len / blockDim.x), slabs). seed_index0: the index within the tensor of the
-// run's first element at s = 0 (the rounding noise hashes the index within the tensor,
-// so a sharded run rounds every element exactly as an unsharded one).
+// n consecutive elements of T at p, as 16-byte loads/stores when V elements make whole
+// 16-byte vectors (the launcher checks the alignment), one by one otherwise
+template <int V, typename T>
+__device__ __forceinline__ void load_run(T (&d)[V], const T *p) {
+    if constexpr ((V * sizeof(T)) % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < (int)(V * sizeof(T) / 16); i++)
+            reinterpret_cast<int4 *>(d)[i] = reinterpret_cast<const int4 *>(p)[i];
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) d[i] = p[i];
+    }
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_run(T *p, const T (&d)[V]) {
+    if constexpr ((V * sizeof(T)) % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < (int)(V * sizeof(T) / 16); i++)
+            reinterpret_cast<int4 *>(p)[i] = reinterpret_cast<const int4 *>(d)[i];
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) p[i] = d[i];
+    }
+}
+
+// grid (ceil(len / (V * blockDim.x)), slabs); each thread updates V consecutive elements
+// (V = X128::size where every run is 16-byte aligned: one 16-byte access per tensor instead
+// of V scalar ones; 1 otherwise). seed_index0: the index within the tensor of the run's
+// first element at s = 0 (the rounding noise hashes the index within the tensor, so a
+// sharded run rounds every element exactly as an unsharded one, whatever V).
+template <int V>
 __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
                              size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2, float bc1,
                              float bc2, float eps, float wd, const float *info, uint32_t seed) {
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t j = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= len) return;
     float norm = info[0], clip = info[1], loss = info[2];
     if (!isfinite(norm) || !isfinite(loss)) return;
     size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
-    float g = to_float(grads[(size_t)blockIdx.y * grad_stride + j]) * clip;
-    float mi = beta1 * m[q] + (1.0f - beta1) * g;
-    float vi = beta2 * v[q] + (1.0f - beta2) * g * g;
-    m[q] = mi;
-    v[q] = vi;
-    float w = master ? master[q] : to_float(params[p]);
-    w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w);
-    if (master) master[q] = w;
-    stochastic_round(w, &params[p], hash_u32((uint32_t)(seed_index0 + p), seed));
+    alignas(16) floatX gr[V], pr[V];
+    alignas(16) float mm[V], vv[V], ww[V];
+    load_run<V>(gr, grads + (size_t)blockIdx.y * grad_stride + j);
+    load_run<V>(mm, m + q);
+    load_run<V>(vv, v + q);
+    if (master) load_run<V>(ww, master + q);
+    else load_run<V>(pr, params + p);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        float g = to_float(gr[k]) * clip;
+        mm[k] = beta1 * mm[k] + (1.0f - beta1) * g;
+        vv[k] = beta2 * vv[k] + (1.0f - beta2) * g * g;
+        float w = master ? ww[k] : to_float(pr[k]);
+        w -= lr * ((mm[k] / bc1) / (sqrtf(vv[k] / bc2) + eps) + wd * w);
+        ww[k] = w;
+        stochastic_round(w, &pr[k], hash_u32((uint32_t)(seed_index0 + p + k), seed));
+    }
+    store_run<V>(m + q, mm);
+    store_run<V>(v + q, vv);
+    if (master) store_run<V>(master + q, ww);
+    store_run<V>(params + p, pr);
 }
 
 static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
                          int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2, int t,
                          float eps, float wd, const float *info, uint32_t seed, cudaStream_t s) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    dim3 grid(ceil_div((long)len, 512), slabs);
-    adamw_kernel<<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr, beta1, beta2, bc1,
-                                      bc2, eps, wd, info, seed);
+    constexpr int V = X128::size;
+    const bool aligned16 = ((uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
+    if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0) {
+        dim3 grid(ceil_div((long)(len / V), 256), slabs);
+        adamw_kernel<V><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,
+                                             beta1, beta2, bc1, bc2, eps, wd, info, seed);
+    } else {
+        dim3 grid(ceil_div((long)len, 512), slabs);
+        adamw_kernel<1><<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,
+                                             beta1, beta2, bc1, bc2, eps, wd, info, seed);
+    }
     LAUNCH_CHECK();
 }
 
