@@ -552,8 +552,12 @@ static void gpt2_backward(GPT2 *model) {
     // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
     PROF(PH_MATMUL, matmul_backward(a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, (int)N, C, Vp, s));
     CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, N * C * sizeof(floatX), s));
-    PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], fs, a->dln, a->residual3 + (L - 1) * N * C, p[P_LNFW],
-                       a->lnf_mean, a->lnf_rstd, (int)N, C, sms, s));
+    // Each layernorm backward also sums the columns of the dresidual it leaves: that is the
+    // bias gradient of the linear layer whose output gradient dresidual is next (lnf and
+    // ln1: the fcproj below; ln2: attproj), so those two layers skip their bias passes.
+    if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[(L - 1) & 1], 0));  // fcproj bias slot
+    PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], grad_at(model, P_FCPROJB, L - 1), fs, a->dln,
+                       a->residual3 + (L - 1) * N * C, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, C, sms, s));
 
     // dresidual carries the gradient of the residual stream down through the layers
     for (int l = L - 1; l >= 0; l--) {
@@ -570,16 +574,17 @@ static void gpt2_backward(GPT2 *model) {
         if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
 
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        PROF(PH_MATMUL, matmul_backward(a->dfch, grad_at(model, P_FCPROJW, l), grad_at(model, P_FCPROJB, l), fs, a->dresidual, fch_gelu,
+        PROF(PH_MATMUL, matmul_backward(a->dfch, grad_at(model, P_FCPROJW, l), NULL, fs, a->dresidual, fch_gelu,
                         p[P_FCPROJW] + (size_t)l * C * 4 * C, fch, (int)N, 4 * C, C, s));  // dfch includes gelu'
         PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_FCW, l), grad_at(model, P_FCB, l), fs, a->dfch, ln2,
                         p[P_FCW] + (size_t)l * 4 * C * C, NULL, (int)N, C, 4 * C, s));
-        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN2W, l), grad_at(model, P_LN2B, l), fs, a->dln, residual2, p[P_LN2W] + l * C,
-                           ln2_mean, ln2_rstd, (int)N, C, sms, s));
+        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN2W, l), grad_at(model, P_LN2B, l),
+                           grad_at(model, P_ATTPROJB, l), fs, a->dln, residual2, p[P_LN2W] + l * C, ln2_mean, ln2_rstd,
+                           (int)N, C, sms, s));
 
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)N, C, s));
-        PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), grad_at(model, P_ATTPROJB, l), fs, a->dresidual, atty,
+        PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), NULL, fs, a->dresidual, atty,
                         p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C, s));
         if (model->flash)
             PROF(PH_ATTENTION, flash_attention_backward(a->dqkv, a->datty, qkv, atty, a->lse + (size_t)l * B * NH * T,
@@ -587,8 +592,13 @@ static void gpt2_backward(GPT2 *model) {
         else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
         PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), grad_at(model, P_QKVB, l), fs, a->dqkv, ln1,
                         p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
-        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN1W, l), grad_at(model, P_LN1B, l), fs, a->dln, residual, p[P_LN1W] + l * C,
-                           ln1_mean, ln1_rstd, (int)N, C, sms, s));
+        floatX *dbias_below = NULL;  // layer l - 1's fcproj bias gradient (layer 0: the encoder is below)
+        if (l > 0) {
+            if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[(l - 1) & 1], 0));  // its slot sent
+            dbias_below = grad_at(model, P_FCPROJB, l - 1);
+        }
+        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN1W, l), grad_at(model, P_LN1B, l), dbias_below,
+                           fs, a->dln, residual, p[P_LN1W] + l * C, ln1_mean, ln1_rstd, (int)N, C, sms, s));
         gpt2_reduce_grads(model, l);  // layer l's gradients are final: send them while layer l - 1 runs
     }
     int cap = B * T;

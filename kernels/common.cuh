@@ -167,8 +167,9 @@ static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 
 // ---------------------------------------------------------------------------
 // Second stage of the deterministic column sums (bias and layernorm parameter
-// gradients): partials holds P rows of M fp32 partial sums; column c's total, summed
-// over the rows in a fixed tree order, is added to out0[c] (c < split) or out1[c - split].
+// gradients): partials holds P rows of M fp32 partial sums, M = up to three runs of W
+// columns; column c's total, summed over the rows in a fixed tree order, is added to
+// out[c / W][c % W] (out1, out2 unused when M <= W, M <= 2W).
 // A block is 32 columns x 32 row lanes: each lane walks every 32nd row, so the loads are
 // coalesced and many are in flight (one thread per column walking all P rows serially
 // was latency-bound: ~P dependent-latency loads per call).
@@ -177,7 +178,7 @@ static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 #define PSUM_LANES 32
 
 __global__ void __launch_bounds__(PSUM_COLS * PSUM_LANES)
-add_partial_sums_kernel(floatX *out0, floatX *out1, int split, const float *partials, int P, int M) {
+add_partial_sums_kernel(floatX *out0, floatX *out1, floatX *out2, int W, const float *partials, int P, int M) {
     __shared__ float part[PSUM_LANES][PSUM_COLS + 1];
     int c = blockIdx.x * PSUM_COLS + threadIdx.x;
     float v = 0.0f;
@@ -190,13 +191,15 @@ add_partial_sums_kernel(floatX *out0, floatX *out1, int split, const float *part
     if (threadIdx.y == 0 && c < M) {
         float sum = 0.0f;
         for (int k = 0; k < PSUM_LANES; k++) sum += part[k][threadIdx.x];
-        floatX *dst = c < split ? out0 + c : out1 + (c - split);
+        floatX *dst = (c < W ? out0 : c < 2 * W ? out1 : out2) + c % W;
         *dst = from_float<floatX>(to_float(*dst) + sum);
     }
 }
 
-static void add_partial_sums(floatX *out0, floatX *out1, int split, const float *partials, int P, int M, cudaStream_t s) {
-    add_partial_sums_kernel<<<ceil_div(M, PSUM_COLS), dim3(PSUM_COLS, PSUM_LANES), 0, s>>>(out0, out1, split, partials, P, M);
+static void add_partial_sums(floatX *out0, floatX *out1, floatX *out2, int W, const float *partials, int P, int M,
+                             cudaStream_t s) {
+    add_partial_sums_kernel<<<ceil_div(M, PSUM_COLS), dim3(PSUM_COLS, PSUM_LANES), 0, s>>>(out0, out1, out2, W, partials,
+                                                                                          P, M);
     LAUNCH_CHECK();
 }
 

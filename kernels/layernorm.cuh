@@ -2,8 +2,9 @@
 // add that precedes it, and its backward.
 // forward:  [res = a + b]; out = (res - mean) * rstd * w + bias; keeps mean, rstd (fp32)
 // backward: dinp += dLN/dx (the residual stream's gradient accumulates here);
-//           dw += sum_rows norm * dout, db += sum_rows dout, deterministic: each block
-//           writes fp32 partial sums, a second kernel adds them up in a fixed order.
+//           dw += sum_rows norm * dout, db += sum_rows dout, [dsum += sum_rows dinp],
+//           deterministic: each block writes fp32 partial sums, a second kernel adds
+//           them up in a fixed order.
 #pragma once
 #include "common.cuh"
 
@@ -86,81 +87,141 @@ static void fused_residual_layernorm_forward(floatX *residual_out, floatX *out, 
 // ---------------------------------------------------------------------------
 // backward
 
-#define LN_BWD_WARPS 4
+// A block works on LN_BWD_ROWS rows at a time, thread t on the 16-byte vector t of each
+// (blockDim: C / X128::size threads rounded up to whole warps), so the per-channel sums
+// (dw, db, and dsum) stay in the thread's registers over all of the block's rows; the two
+// per-row reductions go through shared memory, double-buffered: one barrier per row group.
+// The next row group's inputs (inp, dout, and dinp, which is read, added to and written)
+// are copied into shared memory (cp.async) while this one is worked on: each thread copies
+// and reads back only its own vectors, so that needs no barrier. (Loading them into
+// registers at the top of each group left the memory idle during the reductions: 2.5 TB/s.)
+// Each block writes one fp32 partial row [dw | db | dsum]; add_partial_sums adds them up
+// in a fixed order: deterministic. dsum (with_sum): column sums of the updated dinp, the
+// bias gradient of the linear layer that takes dinp as its output gradient (attproj,
+// fcproj), which would otherwise need a pass of its own over dinp.
+// (The previous form, a warp per row with per-warp dw/db accumulators in shared memory,
+// had no room for a third accumulator at 8 blocks per SM.)
+// dynamic shared memory: 2 buffers x LN_BWD_ROWS rows x 3 tensors x blockDim.x X128
+#define LN_BWD_ROWS 2
 
-// dynamic shared memory: LN_BWD_WARPS * 2C floats (per-warp dw, db accumulators). They
-// are stored component-major (element k of vector j at k * C/X128::size + j), so the 32
-// lanes of a warp, which own consecutive vectors, touch consecutive banks.
 __global__ void layernorm_backward_kernel(floatX *dinp, float *partials, const floatX *dout, const floatX *inp,
-                                          const floatX *w, const float *mean, const float *rstd, int N, int C) {
-    extern __shared__ float smem[];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int nvec = C / X128::size;
-    float *acc_w = smem + (size_t)warp * 2 * C, *acc_b = acc_w + C;
-    for (int c = lane; c < 2 * C; c += 32) acc_w[c] = 0.0f;
-    __syncwarp();
-    int warps_total = gridDim.x * LN_BWD_WARPS;
-    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += warps_total) {
-        const floatX *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-        float m = mean[row], s = rstd[row];
-        float sum_dn = 0.0f, sum_dn_n = 0.0f;
-        for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-            X128 xv = load128(x + c), dv = load128(d + c), wv = load128(w + c);
-            for (int k = 0; k < X128::size; k++) {
-                float n = (to_float(xv[k]) - m) * s, dn = to_float(wv[k]) * to_float(dv[k]);
-                sum_dn += dn;
-                sum_dn_n += dn * n;
+                                          const floatX *w, const float *mean, const float *rstd, int N, int C,
+                                          int with_sum) {
+    constexpr int V = X128::size, R = LN_BWD_ROWS;
+    extern __shared__ X128 ln_stage[];
+    __shared__ float red[2][R][32][2];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32, nwarps = blockDim.x / 32, nt = blockDim.x;
+    const bool owns = t < C / V;
+    const int c = t * V;
+    // this thread's slot for tensor k (0 inp, 1 dout, 2 dinp) of row r in buffer b
+    auto slot = [&](int b, int r, int k) { return ln_stage + ((b * R + r) * 3 + k) * nt + t; };
+    auto stage_rows = [&](int row0, int b) {
+        for (int r = 0; r < R; r++) {
+            const int row = row0 + r;
+            if (owns && row < N) {
+                cp_async16(slot(b, r, 0), inp + (size_t)row * C + c);
+                cp_async16(slot(b, r, 1), dout + (size_t)row * C + c);
+                cp_async16(slot(b, r, 2), dinp + (size_t)row * C + c);
             }
         }
-        sum_dn = warp_sum(sum_dn) / C;
-        sum_dn_n = warp_sum(sum_dn_n) / C;
-        floatX *dx = dinp + (size_t)row * C;
-        for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-            X128 xv = load128(x + c), dv = load128(d + c), wv = load128(w + c), g = load128(dx + c);
-            for (int k = 0; k < X128::size; k++) {
-                float n = (to_float(xv[k]) - m) * s, dd = to_float(dv[k]), dn = to_float(wv[k]) * dd;
-                g[k] = from_float<floatX>(to_float(g[k]) + (dn - sum_dn - n * sum_dn_n) * s);
-                acc_w[k * nvec + c / X128::size] += n * dd;
-                acc_b[k * nvec + c / X128::size] += dd;
+        cp_async_commit();
+    };
+    float aw[V], ab[V], ar[V];
+    for (int k = 0; k < V; k++) aw[k] = ab[k] = ar[k] = 0.0f;
+    const X128 wv = owns ? load128(w + c) : X128::zeros();
+    const int step = gridDim.x * R;
+    int buf = 0;
+    stage_rows(blockIdx.x * R, 0);
+    for (int row0 = blockIdx.x * R; row0 < N; row0 += step, buf ^= 1) {
+        stage_rows(row0 + step, buf ^ 1);  // (an empty group past the end)
+        float m[R], s[R];
+        for (int r = 0; r < R; r++) {
+            m[r] = row0 + r < N ? mean[row0 + r] : 0.0f;
+            s[r] = row0 + r < N ? rstd[row0 + r] : 0.0f;
+        }
+        cp_async_wait<1>();  // this group's rows landed
+        for (int r = 0; r < R; r++) {
+            float sum_dn = 0.0f, sum_dn_n = 0.0f;
+            if (owns && row0 + r < N) {
+                const X128 xv = *slot(buf, r, 0), dv = *slot(buf, r, 1);
+                for (int k = 0; k < V; k++) {
+                    float n = (to_float(xv[k]) - m[r]) * s[r], dn = to_float(wv[k]) * to_float(dv[k]);
+                    sum_dn += dn;
+                    sum_dn_n += dn * n;
+                }
             }
-            store128(dx + c, g);
+            sum_dn = warp_sum(sum_dn);
+            sum_dn_n = warp_sum(sum_dn_n);
+            if (lane == 0) { red[buf][r][warp][0] = sum_dn; red[buf][r][warp][1] = sum_dn_n; }
+        }
+        __syncthreads();  // (the other buffer's readers are past this barrier's twin: no second one)
+        for (int r = 0; r < R; r++) {
+            const int row = row0 + r;
+            if (!owns || row >= N) continue;
+            float sum_dn = 0.0f, sum_dn_n = 0.0f;
+            for (int i = 0; i < nwarps; i++) { sum_dn += red[buf][r][i][0]; sum_dn_n += red[buf][r][i][1]; }
+            sum_dn /= C;
+            sum_dn_n /= C;
+            const X128 xv = *slot(buf, r, 0), dv = *slot(buf, r, 1);
+            X128 g = *slot(buf, r, 2);
+            for (int k = 0; k < V; k++) {
+                float n = (to_float(xv[k]) - m[r]) * s[r], dd = to_float(dv[k]), dn = to_float(wv[k]) * dd;
+                g[k] = from_float<floatX>(to_float(g[k]) + (dn - sum_dn - n * sum_dn_n) * s[r]);
+                aw[k] += n * dd;
+                ab[k] += dd;
+                ar[k] += to_float(g[k]);  // the rounded value: what a pass over dinp would read
+            }
+            store128(dinp + (size_t)row * C + c, g);
         }
     }
-    __syncthreads();
-    // combine the warps in a fixed order, one partial row per block
-    float *out = partials + (size_t)blockIdx.x * 2 * C;
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-        int half = c < C ? 0 : C, cc = c - half;  // cc: channel; half: dw's or db's accumulator
-        int idx = half + (cc % X128::size) * nvec + cc / X128::size;
-        float v = 0.0f;
-        for (int k = 0; k < LN_BWD_WARPS; k++) v += smem[(size_t)k * 2 * C + idx];
-        out[c] = v;
+    cp_async_wait<0>();
+    if (!owns) return;
+    const int M = with_sum ? 3 * C : 2 * C;
+    float *out = partials + (size_t)blockIdx.x * M + c;
+    for (int k = 0; k < V; k++) {
+        out[k] = aw[k];
+        out[C + k] = ab[k];
+        if (with_sum) out[2 * C + k] = ar[k];
     }
 }
 
-// blocks used by the backward, and the fp32 scratch it needs (floats)
-// (8 blocks of 4 warps per SM: each warp's row is a chain of dependent loads and shuffles,
-// so occupancy, not bandwidth, limits it; 4 blocks per SM measured 7.2 ms of layernorm)
-static int layernorm_backward_blocks(int N, int num_sms) {
-    int want = ceil_div(N, LN_BWD_WARPS * 4);  // at least 4 rows per warp
-    int cap = num_sms * 8;
+// threads of a backward block, blocks used, and the fp32 scratch it needs (floats): as many
+// blocks as fit on the SMs at once (registers bound them: 7 per SM at C = 768 in bf16), at
+// most 8 per SM (each block's partial row is 3C floats of traffic)
+static int layernorm_backward_threads(int C) { return ceil_div(C / X128::size, 32) * 32; }
+static size_t layernorm_backward_smem(int C) { return (size_t)2 * LN_BWD_ROWS * 3 * layernorm_backward_threads(C) * 16; }
+static int layernorm_backward_blocks(int N, int C, int num_sms) {
+    static int per_sm = 0, for_threads = -1;
+    const int threads = layernorm_backward_threads(C);
+    if (threads != for_threads) {
+        size_t smem = layernorm_backward_smem(C);
+        if (smem > 48 * 1024)
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel, threads, smem));
+        for_threads = threads;
+    }
+    int want = ceil_div(N, LN_BWD_ROWS * 4);  // at least 4 row groups per block
+    int cap = num_sms * (per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm);
     return want < cap ? (want > 0 ? want : 1) : cap;
 }
 static size_t layernorm_backward_scratch_floats(int N, int C, int num_sms) {
-    return (size_t)layernorm_backward_blocks(N, num_sms) * 2 * C;
+    return (size_t)layernorm_backward_blocks(N, C, num_sms) * 3 * C;
 }
+// the largest C the backward takes: one thread per 16-byte vector, 1024 threads a block
+static int layernorm_backward_max_channels(void) { return 1024 * X128::size; }
 
-static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, float *scratch, const floatX *dout,
+// dinp += dLN/dinp; dw, db += the layernorm's parameter gradients; dsum (may be NULL) +=
+// the column sums of the updated dinp (the bias gradient of the layer dinp feeds)
+static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, floatX *dsum, float *scratch, const floatX *dout,
                                const floatX *inp, const floatX *w, const float *mean, const float *rstd,
                                int N, int C, int num_sms, cudaStream_t s) {
-    int blocks = layernorm_backward_blocks(N, num_sms);
-    size_t shmem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
-    static size_t shmem_set = 0;
-    if (shmem > 48 * 1024 && shmem > shmem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-        shmem_set = shmem;
+    if (C % X128::size != 0 || C > layernorm_backward_max_channels()) {
+        fprintf(stderr, "error: internal: layernorm backward needs C a multiple of %d and at most %d (C=%d)\n",
+                X128::size, layernorm_backward_max_channels(), C);
+        fatal_exit();
     }
-    layernorm_backward_kernel<<<blocks, LN_BWD_WARPS * 32, shmem, s>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    int blocks = layernorm_backward_blocks(N, C, num_sms), threads = layernorm_backward_threads(C);
+    layernorm_backward_kernel<<<blocks, threads, layernorm_backward_smem(C), s>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C, dsum != NULL);
     LAUNCH_CHECK();
-    add_partial_sums(dw, db, C, scratch, blocks, 2 * C, s);  // dw: columns [0, C), db: [C, 2C)
+    add_partial_sums(dw, db, dsum, C, scratch, blocks, dsum ? 3 * C : 2 * C, s);
 }

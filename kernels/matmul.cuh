@@ -240,7 +240,7 @@ static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int
     dim3 grid(ceil_div(OC, 32 * X128::size), chunks);
     bias_grad_partial_kernel<<<grid, dim3(32, BIAS_BWD_WARPS), 0, s>>>(scratch, dout, N, OC);
     LAUNCH_CHECK();
-    add_partial_sums(dbias, dbias, OC, scratch, chunks, OC, s);
+    add_partial_sums(dbias, NULL, NULL, OC, scratch, chunks, OC, s);
 }
 
 // dinp (N, C) = dout (N, OC) @ weight (OC, C)   [* gelu'(pre_gelu) if pre_gelu]  (written)
