@@ -367,6 +367,19 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
 }
 
 // ---------------------------------------------------------------------------------------
+// the log-sum-exp and D of query rows q0 .. q0 + BM - 1 into shared memory, one 4-byte
+// cp.async per thread of the first 2 BM, in the caller's commit group; rows >= T read as 0
+// (their Q and dO rows are zero-filled, so they add nothing to dK or dV)
+template <int BM>
+__device__ __forceinline__ void load_rows_ld(float *sL, float *sD, const float *lb, const float *db, int q0, int T) {
+    const int t = threadIdx.x, i = t % BM;
+    if (t < 2 * BM) {
+        const bool ok = q0 + i < T;
+        cp_async4((t < BM ? sL : sD) + i, (t < BM ? lb : db) + (ok ? q0 + i : 0), ok);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // backward, dk and dv: one block = NWG warpgroups x 64 keys of one head, walking the query
 // blocks of 64 from the diagonal to the end in order. Computed transposed, keys as rows, so
 // that P^T and dS^T are accumulators and feed dV += P^T dO and dK += dS^T Q from registers:
@@ -383,7 +396,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     floatX *sV = sK + BN * HS;
     floatX *sQ = sV + BN * HS;      // 2 buffers
     floatX *sO = sQ + 2 * BM * HS;                            // dout, 2 buffers
-    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse * log2(e), 2 buffers
+    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse, 2 buffers
     float *sD = sL + 2 * BM;                                  // D, 2 buffers
     const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int nb = blockIdx.x;  // key block 0 has the most work: first
@@ -398,12 +411,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     load_tile<BN, HS, NT>(sV, vb, k0, 3 * C, T);
     load_tile<BM, HS, NT>(sQ, qb, mstart * BM, 3 * C, T);
     load_tile<BM, HS, NT>(sO, ob, mstart * BM, C, T);
+    load_rows_ld<BM>(sL, sD, lb, db, mstart * BM, T);
     cp_async_commit();
-    for (int i = tid; i < BM; i += NT) {
-        const int q = mstart * BM + i;
-        sL[i] = q < T ? lb[q] * 1.4426950408889634f : INFINITY;  // rows past T: P = 0
-        sD[i] = q < T ? db[q] : 0.0f;
-    }
     float dk[32], dv[32];
     zero(dk);
     zero(dv);
@@ -422,12 +431,10 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
             const int nq0 = (m + 1) * BM;
             load_tile<BM, HS, NT>(sQ + (buf ^ 1) * BM * HS, qb, nq0, 3 * C, T);
             load_tile<BM, HS, NT>(sO + (buf ^ 1) * BM * HS, ob, nq0, C, T);
+            // (with the tiles, asynchronously: plain loads here stalled two of the warps on
+            // the global memory before every block's first product)
+            load_rows_ld<BM>(sL + (buf ^ 1) * BM, sD + (buf ^ 1) * BM, lb, db, nq0, T);
             cp_async_commit();
-            for (int i = tid; i < BM; i += NT) {
-                const int q = nq0 + i;
-                sL[(buf ^ 1) * BM + i] = q < T ? lb[q] * 1.4426950408889634f : INFINITY;
-                sD[(buf ^ 1) * BM + i] = q < T ? db[q] : 0.0f;
-            }
         }
         const int q0 = m * BM;
         if (q0 + BM - 1 < wk0) continue;  // every query of the block is before every key of this warpgroup
@@ -447,10 +454,17 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         // this kernel, gave wrong dk and dv on the H200 for T > 64; cause not found, PERF.md)
         const bool need_mask = wk0 + w * 16 + 15 > q0;  // some key of this warp is after some query
         uint32_t pa[4][4], da[4][4];
+        float lq[16];  // log2(e) lse of this thread's 16 query columns 8j + 2tq + e, at 2j + e
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float2 l2 = *reinterpret_cast<const float2 *>(cL + 8 * j + 2 * tq);
+            lq[2 * j] = l2.x * 1.4426950408889634f;
+            lq[2 * j + 1] = l2.y * 1.4426950408889634f;
+        }
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             const int ql = 8 * (i >> 2) + 2 * tq + (i & 1);
-            float p = fast_exp2(st[i] * scale_log2 - cL[ql]);
+            float p = fast_exp2(st[i] * scale_log2 - lq[2 * (i >> 2) + (i & 1)]);
             if (need_mask && key_lo + 8 * ((i >> 1) & 1) > q0 + ql) p = 0.0f;
             st[i] = p;
         }
@@ -460,8 +474,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dv, pa[kk], desc_mn(cO, kk));
         wg_commit();
+        float dq_[16];  // D of the same columns
 #pragma unroll
-        for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - cD[8 * (i >> 2) + 2 * tq + (i & 1)]);
+        for (int j = 0; j < 8; j++) {
+            const float2 d2 = *reinterpret_cast<const float2 *>(cD + 8 * j + 2 * tq);
+            dq_[2 * j] = d2.x;
+            dq_[2 * j + 1] = d2.y;
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - dq_[2 * (i >> 2) + (i & 1)]);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], dpt, kk);
         wg_fence();
