@@ -13,28 +13,18 @@
 #pragma once
 #include "common.cuh"
 
-// n consecutive elements of T at p, as 16-byte loads/stores when V elements make whole
-// 16-byte vectors (the launcher checks the alignment), one by one otherwise
+// V consecutive elements of T from src to dst, as 16-byte accesses when V elements make
+// whole 16-byte vectors (the launcher checks the alignment), one by one otherwise; one side
+// is the thread's register array, the other device memory
 template <int V, typename T>
-__device__ __forceinline__ void load_run(T (&d)[V], const T *p) {
+__device__ __forceinline__ void copy_run(T *dst, const T *src) {
     if constexpr ((V * sizeof(T)) % 16 == 0) {
 #pragma unroll
         for (int i = 0; i < (int)(V * sizeof(T) / 16); i++)
-            reinterpret_cast<int4 *>(d)[i] = reinterpret_cast<const int4 *>(p)[i];
+            reinterpret_cast<int4 *>(dst)[i] = reinterpret_cast<const int4 *>(src)[i];
     } else {
 #pragma unroll
-        for (int i = 0; i < V; i++) d[i] = p[i];
-    }
-}
-template <int V, typename T>
-__device__ __forceinline__ void store_run(T *p, const T (&d)[V]) {
-    if constexpr ((V * sizeof(T)) % 16 == 0) {
-#pragma unroll
-        for (int i = 0; i < (int)(V * sizeof(T) / 16); i++)
-            reinterpret_cast<int4 *>(p)[i] = reinterpret_cast<const int4 *>(d)[i];
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) p[i] = d[i];
+        for (int i = 0; i < V; i++) dst[i] = src[i];
     }
 }
 
@@ -54,11 +44,11 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
     size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
     alignas(16) floatX gr[V], pr[V];
     alignas(16) float mm[V], vv[V], ww[V];
-    load_run<V>(gr, grads + (size_t)blockIdx.y * grad_stride + j);
-    load_run<V>(mm, m + q);
-    load_run<V>(vv, v + q);
-    if (master) load_run<V>(ww, master + q);
-    else load_run<V>(pr, params + p);
+    copy_run<V>(gr, grads + (size_t)blockIdx.y * grad_stride + j);
+    copy_run<V>(mm, m + q);
+    copy_run<V>(vv, v + q);
+    if (master) copy_run<V>(ww, master + q);
+    else copy_run<V>(pr, params + p);
 #pragma unroll
     for (int k = 0; k < V; k++) {
         float g = to_float(gr[k]) * clip;
@@ -69,10 +59,10 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
         ww[k] = w;
         stochastic_round(w, &pr[k], hash_u32((uint32_t)(seed_index0 + p + k), seed));
     }
-    store_run<V>(m + q, mm);
-    store_run<V>(v + q, vv);
-    if (master) store_run<V>(master + q, ww);
-    store_run<V>(params + p, pr);
+    copy_run<V>(m + q, mm);
+    copy_run<V>(v + q, vv);
+    if (master) copy_run<V>(master + q, ww);
+    copy_run<V>(params + p, pr);
 }
 
 static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
