@@ -586,12 +586,18 @@ static void gpt2_backward(GPT2 *model) {
         if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)N, C, s));
         PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), NULL, fs, a->dresidual, atty,
                         p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C, s));
+        // The qkv bias gradient, in thirds with flash attention: q's is a pass over dq; k's is
+        // zero (a bias on every key adds the same q.b to a whole row of scores, which softmax
+        // ignores; the rows of dS sum to zero), left as zero_grad left it; v's is the column
+        // sum of datty, which the attention backward reads anyway.
+        floatX *dqkvb = grad_at(model, P_QKVB, l);
         if (model->flash)
-            PROF(PH_ATTENTION, flash_attention_backward(a->dqkv, a->datty, qkv, atty, a->lse + (size_t)l * B * NH * T,
-                                                        a->flash_scratch, B, T, C, NH, s));
+            PROF(PH_ATTENTION, flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, qkv, atty,
+                                                        a->lse + (size_t)l * B * NH * T, a->flash_scratch, B, T, C, NH, s));
         else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
-        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), grad_at(model, P_QKVB, l), fs, a->dqkv, ln1,
+        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), model->flash ? NULL : dqkvb, fs, a->dqkv, ln1,
                         p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
+        if (model->flash) PROF(PH_MATMUL, bias_backward(dqkvb, fs, a->dqkv, (int)N, C, 3 * C, s));
         floatX *dbias_below = NULL;  // layer l - 1's fcproj bias gradient (layer 0: the encoder is below)
         if (l > 0) {
             if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[(l - 1) & 1], 0));  // its slot sent

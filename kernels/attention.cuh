@@ -266,14 +266,16 @@ static void attention_backward(floatX *dqkv, const floatX *dout, const floatX *q
 // Head size 64 or 128. The FP32 build keeps the old path: these launchers exit there.
 // ===========================================================================================
 
-// floats of backward scratch: D, and for the atomic-dq backward (deterministic == 0) the
-// fp32 dq accumulator, B*T*C more
-// (the accumulator starts at D's size rounded up to 64 floats: its float4 accesses need
-// 16-byte alignment)
-static size_t flash_dq_acc_offset(size_t rows) { return (rows + 63) / 64 * 64; }
+// floats of backward scratch: D (B*NH*T), the v-bias gradient's partial rows
+// (FLASH_VB_PARTS x C), and for the atomic-dq backward (deterministic == 0) the fp32 dq
+// accumulator, B*T*C more. Each part starts at a multiple of 64 floats (float4 accesses).
+#define FLASH_VB_PARTS 264
+static size_t flash_align64(size_t n) { return (n + 63) / 64 * 64; }
+static size_t flash_vb_offset(size_t rows) { return flash_align64(rows); }
+static size_t flash_dq_acc_offset(size_t rows, int C) { return flash_align64(flash_vb_offset(rows) + (size_t)FLASH_VB_PARTS * C); }
 static size_t flash_attention_backward_scratch_elems(int B, int T, int C, int NH, int deterministic) {
     size_t rows = (size_t)B * NH * T;
-    return deterministic ? rows : flash_dq_acc_offset(rows) + (size_t)B * T * C;
+    return flash_dq_acc_offset(rows, C) + (deterministic ? 0 : (size_t)B * T * C);
 }
 
 #if PRECISION != PRECISION_FP32
@@ -521,41 +523,85 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
 }
 
 // ---------------------------------------------------------------------------------------
-// backward, step 1: D = rowsum(dout * out) per (b, h, t), fp32
-// (and, for the atomic-dq backward, zeroes the row's dq accumulator: dq_acc may be NULL).
-// HS / X128::size threads per row, one 16-byte vector each, rows taken in memory order
-// (b, t, h), so a warp reads whole contiguous 128-byte lines: a warp per row with 4-byte
-// loads ran at a third of the memory's bandwidth (ncu, 2026-12-03).
+// backward, step 1: D = rowsum(dout * out) per (b, h, t), fp32; for the atomic-dq backward
+// the row's dq accumulator zeroed (dq_acc may be NULL); and, with vb_part, the column sums
+// of dout: the gradient of the v third of the qkv bias, since dv[j] = sum_i P[i][j] dout[i]
+// and every row of P sums to 1 (one fp32 partial row of C per block, summed afterwards).
+// A block is BWD_DOT_R token rows x C / X128::size threads, one 16-byte vector each, and
+// walks a contiguous run of tokens: a warp reads whole 128-byte lines, and each thread keeps
+// the same columns throughout, so its column sums stay in registers.
+#define BWD_DOT_R 4  // C / 8 is a multiple of 8, so 4 rows make whole warps
 template <int HS>
-__global__ void bwd_dot_kernel(float *D, float *dq_acc, const floatX *dout, const floatX *out, int B, int T, int NH) {
-    constexpr int TPR = HS / X128::size;  // threads per row: a power of two up to 32
-    static_assert(HS % X128::size == 0 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "bwd_dot_kernel: head size");
-    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x, row = idx / TPR;  // row in (b, t, h) order
-    const int part = (int)(idx % TPR);
-    const bool live = row < (long)B * T * NH;
-    float acc = 0.0f;
-    if (live) {
-        X128 d = load128cs(dout + row * HS + part * X128::size), o = load128cs(out + row * HS + part * X128::size);
+__global__ void bwd_dot_kernel(float *D, float *dq_acc, float *vb_part, const floatX *dout, const floatX *out, int N,
+                               int T, int NH) {
+    constexpr int V = X128::size, TPH = HS / V;  // threads per head: a power of two up to 32
+    static_assert(HS % V == 0 && TPH <= 32 && (TPH & (TPH - 1)) == 0, "bwd_dot_kernel: head size");
+    extern __shared__ float red[];  // BWD_DOT_R x C, with vb_part
+    const int C = NH * HS, tpr = C / V, j = threadIdx.x % tpr, ty = threadIdx.x / tpr;
+    const int h = j / TPH, part = j % TPH;
+    const int per = (N + gridDim.x - 1) / gridDim.x, r0 = blockIdx.x * per, r1 = min(N, r0 + per);
+    float acc[V];
 #pragma unroll
-        for (int k = 0; k < X128::size; k++) acc += to_float(d[k]) * to_float(o[k]);
+    for (int k = 0; k < V; k++) acc[k] = 0.0f;
+    // two rows a thread in flight; the trip count is the same for the whole block (the
+    // shuffles below are full-warp)
+    for (int base = r0; base < r1; base += 2 * BWD_DOT_R) {
+        int bt[2];
+        X128 d[2], o[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            bt[u] = base + u * BWD_DOT_R + ty;
+            if (bt[u] < r1) {
+                d[u] = load128cs(dout + (size_t)bt[u] * C + j * V);
+                o[u] = load128cs(out + (size_t)bt[u] * C + j * V);
+            } else {
+                d[u] = X128::zeros();
+                o[u] = X128::zeros();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const float dk = to_float(d[u][k]);
+                dot += dk * to_float(o[u][k]);
+                acc[k] += dk;
+            }
+#pragma unroll
+            for (int m = TPH / 2; m > 0; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+            if (bt[u] >= r1) continue;
+            const long b = bt[u] / T, t = bt[u] % T, drow = (b * NH + h) * T + t;
+            if (part == 0) D[drow] = dot;
+            if (dq_acc)
+                for (int i = part * V; i < part * V + V; i += 4)
+                    *reinterpret_cast<float4 *>(dq_acc + drow * HS + i) = make_float4(0, 0, 0, 0);
+        }
     }
+    if (!vb_part) return;
 #pragma unroll
-    for (int m = TPR / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    if (!live) return;
-    const int h = (int)(row % NH);
-    const long bt = row / NH, b = bt / T, t = bt % T;
-    const long drow = (b * NH + h) * T + t;
-    if (part == 0) D[drow] = acc;
-    if (dq_acc)
-        for (int i = part * X128::size; i < part * X128::size + X128::size; i += 4)
-            *reinterpret_cast<float4 *>(dq_acc + drow * HS + i) = make_float4(0, 0, 0, 0);
+    for (int k = 0; k < V; k++) red[ty * C + j * V + k] = acc[k];
+    __syncthreads();
+    if (ty == 0)
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float v = 0.0f;
+            for (int r = 0; r < BWD_DOT_R; r++) v += red[r * C + j * V + k];
+            vb_part[(size_t)blockIdx.x * C + j * V + k] = v;
+        }
 }
+// D into scratch (see flash_attention_backward_scratch_elems), dq_acc zeroed if not NULL,
+// and dbias_v (C) += the column sums of dout if not NULL
 template <int HS>
-static void bwd_dot(float *D, float *dq_acc, const floatX *dout, const floatX *out, int B, int T, int NH,
-                    cudaStream_t s) {
-    long threads = (long)B * T * NH * (HS / X128::size);
-    bwd_dot_kernel<HS><<<ceil_div(threads, 256L), 256, 0, s>>>(D, dq_acc, dout, out, B, T, NH);
+static void bwd_dot(float *scratch, float *dq_acc, floatX *dbias_v, const floatX *dout, const floatX *out, int B, int T,
+                    int NH, cudaStream_t s) {
+    const int C = NH * HS, N = B * T, threads = BWD_DOT_R * C / X128::size;
+    const int parts = min(FLASH_VB_PARTS, ceil_div(N, BWD_DOT_R));
+    float *vb_part = dbias_v ? scratch + flash_vb_offset((size_t)B * NH * T) : NULL;
+    size_t smem = dbias_v ? (size_t)BWD_DOT_R * C * sizeof(float) : 0;
+    bwd_dot_kernel<HS><<<parts, threads, smem, s>>>(scratch, dq_acc, vb_part, dout, out, N, T, NH);
     LAUNCH_CHECK();
+    if (dbias_v) add_partial_sums(dbias_v, NULL, NULL, C, vb_part, parts, C, s);
 }
 
 // The atomic-dq backward's dS^T tile in shared memory: BN key rows x BM query columns, the
@@ -1042,10 +1088,10 @@ static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const f
 // deterministic backward: D, then the dq kernel and the dk/dv kernel (each writes its own
 // part of dqkv)
 template <int HS, int KV_NW, int KV_BM, int KV_KT, int DQ_NW, int DQ_BN, int DQ_MT>
-static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                         float *scratch, int B, int T, int NH, cudaStream_t s) {
+static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
+                         const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
-    bwd_dot<HS>(scratch, NULL, dout, out, B, T, NH, s);
+    bwd_dot<HS>(scratch, NULL, dbias_v, dout, out, B, T, NH, s);
     {
         constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * DQ_MT * NW;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
@@ -1061,12 +1107,13 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
 // atomic-dq backward: D (and dq_acc = 0), the one dk/dv/dq kernel, then dq_acc -> dqkv.
 // scratch: D (B*NH*T floats), then from flash_dq_acc_offset on dq_acc (B*NH*T*HS floats)
 template <int HS, int NW, int BM, int KT>
-static void backward_atomic_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
-                                const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
+static void backward_atomic_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv,
+                                const floatX *out, const float *lse, float *scratch, int B, int T, int NH,
+                                cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
     long rows = (long)B * NH * T;
-    float *dq_acc = scratch + flash_dq_acc_offset(rows);
-    bwd_dot<HS>(scratch, dq_acc, dout, out, B, T, NH, s);
+    float *dq_acc = scratch + flash_dq_acc_offset(rows, NH * HS);
+    bwd_dot<HS>(scratch, dq_acc, dbias_v, dout, out, B, T, NH, s);
     launch_dkdv<HS, NW, BM, KT>(dqkv, dq_acc, dout, qkv, lse, scratch, B, T, NH, scale_log2, scale, s);
     long n = rows * (HS / 8);
     bwd_dq_convert_kernel<HS><<<ceil_div(n, 256), 256, 0, s>>>(dqkv, dq_acc, B, T, NH, scale);
@@ -1077,18 +1124,18 @@ static void backward_atomic_cfg(floatX *dqkv, const floatX *dout, const floatX *
 static int g_deterministic = 1;
 
 template <int HS>
-static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                     float *scratch, int B, int T, int NH, cudaStream_t s) {
+static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
+                     const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
     // the wgmma backward is deterministic and faster than the atomic-dq one: both modes take it
-    if constexpr (HS == 64) return flash90::backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    if constexpr (HS == 64) return flash90::backward(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 #endif
     if (g_deterministic)
         backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
-            dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+            dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
     else
-        backward_atomic_cfg<HS, Cfg<HS>::AKV_NW, Cfg<HS>::AKV_BM, Cfg<HS>::AKV_KT>(dqkv, dout, qkv, out, lse, scratch,
-                                                                                  B, T, NH, s);
+        backward_atomic_cfg<HS, Cfg<HS>::AKV_NW, Cfg<HS>::AKV_BM, Cfg<HS>::AKV_KT>(dqkv, dbias_v, dout, qkv, out, lse,
+                                                                                  scratch, B, T, NH, s);
 }
 
 }  // namespace flash
@@ -1105,12 +1152,18 @@ static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, 
 }
 
 // scratch: flash_attention_backward_scratch_elems(B, T, C, NH, deterministic) floats, with the
-// mode last set by flash_attention_set_deterministic
-static void flash_attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
-                                     const float *lse, float *scratch, int B, int T, int C, int NH, cudaStream_t s) {
+// mode last set by flash_attention_set_deterministic. dbias_v (C), if not NULL, gets the
+// column sums of dout added: the gradient of the bias of v (the qkv layer's last third).
+static void flash_attention_backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv,
+                                     const floatX *out, const float *lse, float *scratch, int B, int T, int C, int NH,
+                                     cudaStream_t s) {
     int hs = C / NH;
-    if (hs == 64) flash::backward<64>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
-    else if (hs == 128) flash::backward<128>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+    if (C / X128::size * BWD_DOT_R > 1024) {
+        fprintf(stderr, "error: flash attention backward supports C up to %d, not %d\n", 1024 * X128::size / BWD_DOT_R, C);
+        fatal_exit();
+    }
+    if (hs == 64) flash::backward<64>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    else if (hs == 128) flash::backward<128>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
     else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); fatal_exit(); }
 }
 
@@ -1122,8 +1175,8 @@ static void flash_attention_forward(floatX *, float *, const floatX *, int, int,
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
     fatal_exit();
 }
-static void flash_attention_backward(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *,
-                                     int, int, int, int, cudaStream_t) {
+static void flash_attention_backward(floatX *, floatX *, const floatX *, const floatX *, const floatX *, const float *,
+                                     float *, int, int, int, int, cudaStream_t) {
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
     fatal_exit();
 }

@@ -530,10 +530,10 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
 // backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel (each writes its
 // part of dqkv); deterministic, and the fastest here in either --deterministic mode
 template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
-static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                         float *scratch, int B, int T, int NH, cudaStream_t s) {
+static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
+                         const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
-    flash::bwd_dot<HS>(scratch, NULL, dout, out, B, T, NH, s);
+    flash::bwd_dot<HS>(scratch, NULL, dbias_v, dout, out, B, T, NH, s);
     {
         constexpr int BM = 64 * DQ_NWG, BN = 64;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
@@ -558,9 +558,9 @@ static void backward_cfg(floatX *dqkv, const floatX *dout, const floatX *qkv, co
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     forward_cfg<2, 64, 2>(out, lse, qkv, B, T, NH, s);
 }
-static void backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                     float *scratch, int B, int T, int NH, cudaStream_t s) {
-    backward_cfg<2, 2, 1, 2>(dqkv, dout, qkv, out, lse, scratch, B, T, NH, s);
+static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
+                     const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
+    backward_cfg<2, 2, 1, 2>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 }
 
 }  // namespace flash90

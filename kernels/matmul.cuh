@@ -206,7 +206,7 @@ static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, con
 #define BIAS_BWD_CHUNKS 256
 
 __global__ void __launch_bounds__(32 * BIAS_BWD_WARPS)
-bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
+bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC, int ld) {
     constexpr int V = X128::size, TILE = 32 * V;
     __shared__ float part[BIAS_BWD_WARPS][TILE];
     int c = blockIdx.x * TILE + threadIdx.x * V;
@@ -217,7 +217,7 @@ bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
     if (c < OC) {
 #pragma unroll 4
         for (int r = r0 + threadIdx.y; r < r1; r += BIAS_BWD_WARPS) {
-            X128 d = load128(dout + (size_t)r * OC + c);
+            X128 d = load128(dout + (size_t)r * ld + c);
             for (int k = 0; k < V; k++) acc[k] += to_float(d[k]);
         }
     }
@@ -235,10 +235,12 @@ bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC) {
 
 static size_t bias_grad_scratch_floats(int max_OC) { return (size_t)BIAS_BWD_CHUNKS * max_OC; }
 
-static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, cudaStream_t s) {
+// dbias (OC) += column sums of dout (N rows of OC, ld elements apart; OC and ld multiples of
+// X128::size); scratch: bias_grad_scratch_floats(OC) floats
+static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, int ld, cudaStream_t s) {
     int chunks = N < BIAS_BWD_CHUNKS ? N : BIAS_BWD_CHUNKS;
     dim3 grid(ceil_div(OC, 32 * X128::size), chunks);
-    bias_grad_partial_kernel<<<grid, dim3(32, BIAS_BWD_WARPS), 0, s>>>(scratch, dout, N, OC);
+    bias_grad_partial_kernel<<<grid, dim3(32, BIAS_BWD_WARPS), 0, s>>>(scratch, dout, N, OC, ld);
     LAUNCH_CHECK();
     add_partial_sums(dbias, NULL, NULL, OC, scratch, chunks, OC, s);
 }
@@ -250,7 +252,7 @@ static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int
 static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float *scratch, const floatX *dout,
                             const floatX *inp, const floatX *weight, const floatX *pre_gelu,
                             int N, int C, int OC, cudaStream_t s) {
-    if (dbias) bias_backward(dbias, scratch, dout, N, OC, s);
+    if (dbias) bias_backward(dbias, scratch, dout, N, OC, OC, s);
     // dinp^T (C x N) = W^T-as-stored (C x OC, no transpose) * dout^T (OC x N)
     int done = 0;
     if (pre_gelu && g_fuse_gelu)

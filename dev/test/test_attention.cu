@@ -121,8 +121,8 @@ static double rel_err(const std::vector<float> &got, const std::vector<float> &r
 }
 
 typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStream_t);
-typedef void (*BwdFn)(floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int, int, int,
-                      cudaStream_t);
+typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int,
+                      int, int, cudaStream_t);
 // tile-shape variants for hs = 64 (the first of each is the default in attention.cuh): with
 // FLASH_WGMMA the wgmma kernels of attention_sm90.cuh first, then attention.cuh's mma.sync ones
 #if FLASH_WGMMA
@@ -168,10 +168,10 @@ static void do_fwd(floatX *out, float *lse, const floatX *qkv, int B, int T, int
     if (g_fwd) g_fwd(out, lse, qkv, B, T, NH, 0);
     else flash_attention_forward(out, lse, qkv, B, T, C, NH, 0);
 }
-static void do_bwd(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse, float *scr,
-                   int B, int T, int C, int NH) {
-    if (g_bwd) g_bwd(dqkv, dout, qkv, out, lse, scr, B, T, NH, 0);
-    else flash_attention_backward(dqkv, dout, qkv, out, lse, scr, B, T, C, NH, 0);
+static void do_bwd(floatX *dqkv, floatX *dbv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                   float *scr, int B, int T, int C, int NH) {
+    if (g_bwd) g_bwd(dqkv, dbv, dout, qkv, out, lse, scr, B, T, NH, 0);
+    else flash_attention_backward(dqkv, dbv, dout, qkv, out, lse, scr, B, T, C, NH, 0);
 }
 
 static int passed = 0, failed = 0;
@@ -192,8 +192,12 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     std::vector<floatX> hq(nqkv), ho(nout);
     for (auto &x : hq) x = (floatX)((frand() * 2.0f - 1.0f) * 1.7f);
     for (auto &x : ho) x = (floatX)(frand() * 2.0f - 1.0f);
-    floatX *qkv, *dout, *out, *dqkv, *dqkv2;
+    floatX *qkv, *dout, *out, *dqkv, *dqkv2, *dbv, *dbv2;
     float *lse, *scratch, *rout, *rlse, *rD, *rdq, *rdk, *rdv;
+    CUDA_CHECK(cudaMalloc(&dbv, C * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&dbv2, C * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(dbv, 0, C * sizeof(floatX)));  // the backward adds to it
+    CUDA_CHECK(cudaMemset(dbv2, 0, C * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&qkv, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&dqkv, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&dqkv2, nqkv * sizeof(floatX)));
@@ -221,9 +225,9 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     ref_keys_kernel<<<ceil_div(nrow, 128), 128>>>(rdk, rdv, rlse, rD, qkv, dout, B, T, NH, hs);
     LAUNCH_CHECK();
     do_fwd(out, lse, qkv, B, T, C, NH);
-    do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+    do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH);
     CUDA_CHECK(cudaMemset(scratch, 0xFF, nscr * sizeof(float)));
-    do_bwd(dqkv2, dout, qkv, out, lse, scratch, B, T, C, NH);
+    do_bwd(dqkv2, dbv2, dout, qkv, out, lse, scratch, B, T, C, NH);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<float> o = to_host_f(out, nout), ro = to_host(rout, nout);
@@ -243,11 +247,23 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     check("dq", rel_err(g, rq, (size_t)B * T, C, 3 * C, 0), tol_grad);
     check("dk", rel_err(g, rk, (size_t)B * T, C, 3 * C, C), tol_grad);
     check("dv", rel_err(g, rv, (size_t)B * T, C, 3 * C, 2 * C), tol_grad);
+    // the v-bias gradient: column sums of dout, in double here; the kernel's fp32 sums end
+    // in one floatX rounding
+    std::vector<float> rb(C, 0.0f), gb = to_host_f(dbv, C);
+    for (int c = 0; c < C; c++) {
+        double sum = 0.0;
+        for (size_t bt = 0; bt < (size_t)B * T; bt++) sum += (double)(float)ho[bt * C + c];
+        rb[c] = (float)sum;
+    }
+    check("dbv", rel_err(gb, rb, 1, C, C, 0), tol_out);
     std::vector<floatX> a(nqkv), c(nqkv);
     CUDA_CHECK(cudaMemcpy(a.data(), dqkv, nqkv * sizeof(floatX), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(c.data(), dqkv2, nqkv * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<floatX> ba(C), bc(C);
+    CUDA_CHECK(cudaMemcpy(ba.data(), dbv, C * sizeof(floatX), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(bc.data(), dbv2, C * sizeof(floatX), cudaMemcpyDeviceToHost));
     if (!atomic) {
-        bool same = memcmp(a.data(), c.data(), nqkv * sizeof(floatX)) == 0;
+        bool same = memcmp(a.data(), c.data(), nqkv * sizeof(floatX)) == 0 && memcmp(ba.data(), bc.data(), C * sizeof(floatX)) == 0;
         printf("  %-6s two backward runs %s\n", "determ", same ? "bitwise identical: ok" : "DIFFER: FAIL");
         if (same) passed++; else failed++;
     } else {  // dk, dv still come in a fixed order; dq's largest run-to-run difference is shown
@@ -258,12 +274,13 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
             same = same && memcmp(x + C, y + C, 2 * C * sizeof(floatX)) == 0;
             for (int i = 0; i < C; i++) dqdiff = fmax(dqdiff, fabs((double)(float)x[i] - (double)(float)y[i]));
         }
-        printf("  %-6s two backward runs: dk, dv %s; dq max |difference| %.3e\n", "determ",
+        same = same && memcmp(ba.data(), bc.data(), C * sizeof(floatX)) == 0;
+        printf("  %-6s two backward runs: dk, dv, dbv %s; dq max |difference| %.3e\n", "determ",
                same ? "bitwise identical: ok" : "DIFFER: FAIL", dqdiff);
         if (same) passed++; else failed++;
     }
     cudaFree(qkv); cudaFree(dqkv); cudaFree(dqkv2); cudaFree(dout); cudaFree(out); cudaFree(lse); cudaFree(scratch);
-    cudaFree(rout); cudaFree(rdq); cudaFree(rdk); cudaFree(rdv); cudaFree(rlse); cudaFree(rD);
+    cudaFree(dbv); cudaFree(dbv2); cudaFree(rout); cudaFree(rdq); cudaFree(rdk); cudaFree(rdv); cudaFree(rlse); cudaFree(rD);
 }
 
 // mean ms of fn over 20 runs after 3 warm-up runs
@@ -283,8 +300,10 @@ static float time_ms(F fn, cudaEvent_t e0, cudaEvent_t e1) {
 static void bench(int B, int NH, int T, int hs, int variants) {
     int C = NH * hs;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
-    floatX *qkv, *dout, *out, *dqkv;
+    floatX *qkv, *dout, *out, *dqkv, *dbv;  // dbv: the v-bias gradient, as the trainer asks for it
     float *lse, *scratch;
+    CUDA_CHECK(cudaMalloc(&dbv, C * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(dbv, 0, C * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&qkv, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&dqkv, nqkv * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&dout, nout * sizeof(floatX)));
@@ -306,7 +325,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         g_fwd = v < nf && nf > 1 ? fwd_variants[v] : NULL;
         g_bwd = v < nb && nb > 1 ? bwd_variants[v] : NULL;
         ms_f = time_ms([&] { do_fwd(out, lse, qkv, B, T, C, NH); }, e0, e1);
-        ms_b = time_ms([&] { do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
+        ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
         if (nf > 1 || nb > 1)
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
                    v < nf ? fwd_names[v] : "-", v < nb ? bwd_names[v] : "-", ms_f, flops_f / ms_f * 1e-9, ms_b,
@@ -325,7 +344,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         flash_attention_set_deterministic(0);
         for (int v = -1; v < na; v++) {
             g_bwd = v >= 0 ? abwd_variants[v] : NULL;
-            ms_b = time_ms([&] { do_bwd(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
+            ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
             if (v >= 0) printf("VARIANT a%d [%s] bwd_ms %.4f bwd_tflops %.1f\n", v, abwd_names[v], ms_b, flops_b / ms_b * 1e-9);
             else
                 printf("BENCH ours_atomic B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n",
@@ -348,7 +367,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         cudaFree(att);
         cudaFree(ascr);
     }
-    cudaFree(qkv); cudaFree(dqkv); cudaFree(dout); cudaFree(out); cudaFree(lse); cudaFree(scratch);
+    cudaFree(qkv); cudaFree(dqkv); cudaFree(dout); cudaFree(out); cudaFree(lse); cudaFree(scratch); cudaFree(dbv);
 }
 
 int main(int argc, char **argv) {
