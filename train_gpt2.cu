@@ -154,10 +154,11 @@ typedef struct {
     int loss_scale_good_steps;                  // steps since S last changed
     Activations acts;
     size_t act_bytes, scratch_bytes;
-    // batch upload: device and two pinned host copies of
-    // [inputs BT | targets BT | positions BT | bucket_token BT | bucket_start BT+1]
-    int *d_io, *h_io[2], nb, io_next;
-    cudaEvent_t io_done[2];
+    // batch upload: device and three pinned host copies of
+    // [inputs BT | targets BT | positions BT | bucket_token BT | bucket_start BT+1]:
+    // two for gpt2_upload_batch in turn, one (IO_NEXT) for training's batch staged ahead
+    int *d_io, *h_io[3], nb, io_next, next_nb;
+    cudaEvent_t io_done[3];
     int *bucket_counts;  // host scratch, vocab_size zeros
     int num_sms;
     cudaStream_t stream;
@@ -381,7 +382,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         else model->scratch_bytes += bytes;
     }
     CUDA_CHECK(cudaMalloc(&model->d_io, io_ints(B, T) * sizeof(int)));
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         CUDA_CHECK(cudaMallocHost(&model->h_io[i], io_ints(B, T) * sizeof(int)));
         CUDA_CHECK(cudaEventCreateWithFlags(&model->io_done[i], cudaEventDisableTiming));
     }
@@ -399,7 +400,7 @@ static void gpt2_free(GPT2 *model) {
                     a->dqkv, a->attn_scratch, a->lse, a->flash_scratch, a->fscratch, model->params, model->grads, model->master, model->m,
                     model->v, model->info, model->d_io, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
-    for (int i = 0; i < 2; i++) { cudaFreeHost(model->h_io[i]); cudaEventDestroy(model->io_done[i]); }
+    for (int i = 0; i < 3; i++) { cudaFreeHost(model->h_io[i]); cudaEventDestroy(model->io_done[i]); }
     free(model->bucket_counts);
     cudaEventDestroy(model->ev_compute);
     cudaEventDestroy(model->ev_comm);
@@ -408,27 +409,48 @@ static void gpt2_free(GPT2 *model) {
     cudaStreamDestroy(model->stream);
 }
 
-// Copies a micro-batch to the device (asynchronously, from pinned memory), with the
-// per-token position buckets the deterministic embedding backward uses. targets may be
-// NULL. The host waits only for the copy issued two uploads earlier.
-static void gpt2_upload_batch(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
+#define IO_NEXT 2  // h_io[IO_NEXT]: training's next micro-batch (gpt2_stage_next)
+
+// Fills the pinned buffer h with a micro-batch: the ids (checked against the vocabulary),
+// and the per-token position buckets the deterministic embedding backward uses. targets
+// may be NULL. Returns the number of buckets.
+static int fill_io(GPT2 *model, int *h, const int *inputs, const int *targets, int B, int T) {
     int V = model->config.vocab_size;
-    size_t BT = (size_t)B * T;
+    size_t BT = (size_t)B * T, cap = (size_t)model->B * model->T;
     for (size_t i = 0; i < BT; i++) {
         if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %zu is outside the vocabulary (%d)", inputs[i], i, V);
         if (targets && (targets[i] < 0 || targets[i] >= V)) fatal("target id %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
     }
+    memcpy(h, inputs, BT * sizeof(int));
+    if (targets) memcpy(h + cap, targets, BT * sizeof(int));
+    return encoder_build_buckets(inputs, (int)BT, V, model->bucket_counts, h + 2 * cap, h + 3 * cap, h + 4 * cap);
+}
+// h_io[k] (holding nb buckets) to the device, asynchronously on the compute stream
+static void upload_io(GPT2 *model, int k, int nb) {
+    CUDA_CHECK(cudaMemcpyAsync(model->d_io, model->h_io[k], io_ints(model->B, model->T) * sizeof(int),
+                               cudaMemcpyHostToDevice, model->stream));
+    CUDA_CHECK(cudaEventRecord(model->io_done[k], model->stream));
+    model->nb = nb;
+}
+
+// Copies a micro-batch to the device (asynchronously, from pinned memory). targets may be
+// NULL. The host waits only for the copy issued two uploads earlier.
+static void gpt2_upload_batch(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
     int k = model->io_next;
     model->io_next ^= 1;
     CUDA_CHECK(cudaEventSynchronize(model->io_done[k]));
-    int *h = model->h_io[k];
-    size_t cap = (size_t)model->B * model->T;
-    memcpy(h, inputs, BT * sizeof(int));
-    if (targets) memcpy(h + cap, targets, BT * sizeof(int));
-    model->nb = encoder_build_buckets(inputs, (int)BT, V, model->bucket_counts, h + 2 * cap, h + 3 * cap, h + 4 * cap);
-    CUDA_CHECK(cudaMemcpyAsync(model->d_io, h, io_ints(model->B, model->T) * sizeof(int), cudaMemcpyHostToDevice, model->stream));
-    CUDA_CHECK(cudaEventRecord(model->io_done[k], model->stream));
+    upload_io(model, k, fill_io(model, model->h_io[k], inputs, targets, B, T));
 }
+
+// Training stages its next micro-batch on the host while the GPU still runs the current one
+// (the ids' checks and the buckets are host work the GPU would otherwise wait for at every
+// step), then sends it with gpt2_upload_next. Uploads in between (evaluation, sampling) use
+// the other buffers.
+static void gpt2_stage_next(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
+    CUDA_CHECK(cudaEventSynchronize(model->io_done[IO_NEXT]));  // its last copy has left
+    model->next_nb = fill_io(model, model->h_io[IO_NEXT], inputs, targets, B, T);
+}
+static void gpt2_upload_next(GPT2 *model) { upload_io(model, IO_NEXT, model->next_nb); }
 
 // Forward over the uploaded inputs (B, T), B <= capacity, T == capacity T. Leaves the
 // logits in acts.logits (B*T, Vp).
@@ -1058,6 +1080,9 @@ int main(int argc, char **argv) {
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
+    // evaluation's own batch arrays (with --overfit, inputs and targets hold the one batch)
+    int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
+    int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     double peak_flops = GPU_PEAK_FLOPS_BF16 * pg.world;  // MFU is per GPU
     // the mean over positions, micro-steps and ranks (the ranks' losses and gradients are summed)
@@ -1067,20 +1092,33 @@ int main(int argc, char **argv) {
     if (profile) prof_init();
     double sum_dt = 0.0;
     int timed_steps = 0;
+    int staged = 0;  // the next training micro-batch is staged in the host buffer IO_NEXT
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
+        int last = step + 1 == max_steps;
+        int ckpt_due = o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last);
         g_prof.active = profile;
         // forward and backward over the micro-steps, gradients accumulating; the backward
         // of the last one also sums them across the ranks (every micro-step under ZeRO-2)
         gpt2_zero_grad(&model);
         CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
-            if (!o.overfit) dataloader_next(&data.train, inputs, targets);
-            gpt2_upload_batch(&model, inputs, targets, B, T);
+            if (!staged) {
+                if (!o.overfit) dataloader_next(&data.train, inputs, targets);
+                gpt2_stage_next(&model, inputs, targets, B, T);
+            }
+            gpt2_upload_next(&model);
             gpt2_forward(&model, B, T);
             gpt2_loss(&model, model.info + 2, loss_scale, 1, B, T);
             model.last_micro = micro == accum - 1;
             gpt2_backward(&model);
+            // the next micro-batch read and staged while the GPU runs this one; not across a
+            // checkpoint, which records the loader's position as the next batch to train
+            staged = micro + 1 < accum || (!last && !ckpt_due);
+            if (staged) {
+                if (!o.overfit) dataloader_next(&data.train, inputs, targets);
+                gpt2_stage_next(&model, inputs, targets, B, T);
+            }
         }
         gpt2_reduce_loss(&model, model.info + 2);
         // clip and update (skipped on the device if the loss or the norm is not finite)
@@ -1110,14 +1148,13 @@ int main(int argc, char **argv) {
         }
         if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
 
-        int last = step + 1 == max_steps;
         if (data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
-            float vl = evaluate(&model, &data.val, o.val_batches, inputs, targets);
+            float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
         if (rank0 && o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last))
             gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
-        if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
+        if (ckpt_due) {
             save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
             if (rank0) printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
@@ -1143,6 +1180,8 @@ int main(int argc, char **argv) {
                pg.world > 1 ? ", rank 0" : "", (peak_used - used0) * mib);
     free(inputs);
     free(targets);
+    free(val_inputs);
+    free(val_targets);
     logger_close(&lg);
     train_data_close(&data);
     gpt2_free(&model);
