@@ -10,45 +10,76 @@
 
 #define LN_EPS 1e-5f
 
-// One warp per row. The row (after the residual add) is staged in shared memory, so
-// each input is read from device memory once although the mean, the variance and the
-// output each take a pass; a lane reads back only the vectors it staged, so no barrier.
+// One warp per row, whose vectors (after the residual add) are read from device memory once
+// although the mean, the variance and the output each take a pass over them: in registers
+// when VPL > 0 (C == 32 * VPL * X128::size: every lane holds VPL vectors, and issues all of
+// its loads before the first add), else staged in shared memory, where a lane reads back
+// only the vectors it staged, so no barrier.
 // residual_out may alias nothing; when b == NULL the input is a alone.
-// dynamic shared memory: (blockDim.x / 32) * C floatX
+// dynamic shared memory (VPL == 0): (blockDim.x / 32) * C floatX
+template <int VPL>
 __global__ void layernorm_forward_kernel(floatX *residual_out, floatX *out, float *mean, float *rstd,
                                          const floatX *a, const floatX *b, const floatX *w, const floatX *bias,
                                          int N, int C) {
+    constexpr int V = X128::size;
     extern __shared__ X128 ln_rows[];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int row = blockIdx.x * (blockDim.x / 32) + warp;
     if (row >= N) return;
-    X128 *xs = ln_rows + (size_t)warp * (C / X128::size);
+    X128 *xs = ln_rows + (size_t)warp * (C / V);
+    X128 reg[VPL > 0 ? VPL : 1];
+    // this lane's vectors are lane, lane + 32, ... of the row: nv of them
+    const int nv = VPL > 0 ? VPL : (C / V - lane + 31) / 32;
+    auto at = [&](int i) -> X128 & {
+        if constexpr (VPL > 0) return reg[i];
+        else return xs[lane + 32 * i];
+    };
     const floatX *x = a + (size_t)row * C;
     const floatX *y = b ? b + (size_t)row * C : NULL;
     floatX *r = b ? residual_out + (size_t)row * C : NULL;
     float sum = 0.0f;
-    for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-        X128 u = load128cs(x + c);
-        if (y) {
-            // fused residual: res = a + b, rounded to floatX, is what gets normalised
-            X128 v = load128cs(y + c);
-            for (int k = 0; k < X128::size; k++) u[k] = from_float<floatX>(to_float(u[k]) + to_float(v[k]));
-            store128(r + c, u);
+    if constexpr (VPL > 0) {
+        X128 yv[VPL];
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            reg[i] = load128cs(x + (lane + 32 * i) * V);
+            if (y) yv[i] = load128cs(y + (lane + 32 * i) * V);
         }
-        xs[c / X128::size] = u;
-        for (int k = 0; k < X128::size; k++) sum += to_float(u[k]);
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            if (y) {  // fused residual: res = a + b, rounded to floatX, is what gets normalised
+                for (int k = 0; k < V; k++) reg[i][k] = from_float<floatX>(to_float(reg[i][k]) + to_float(yv[i][k]));
+                store128(r + (lane + 32 * i) * V, reg[i]);
+            }
+            for (int k = 0; k < V; k++) sum += to_float(reg[i][k]);
+        }
+    } else {
+        for (int i = 0; i < nv; i++) {
+            const int c = (lane + 32 * i) * V;
+            X128 u = load128cs(x + c);
+            if (y) {
+                X128 v = load128cs(y + c);
+                for (int k = 0; k < V; k++) u[k] = from_float<floatX>(to_float(u[k]) + to_float(v[k]));
+                store128(r + c, u);
+            }
+            at(i) = u;
+            for (int k = 0; k < V; k++) sum += to_float(u[k]);
+        }
     }
     float m = warp_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-        X128 u = xs[c / X128::size];
-        for (int k = 0; k < X128::size; k++) { float d = to_float(u[k]) - m; var += d * d; }
+#pragma unroll
+    for (int i = 0; i < nv; i++) {
+        const X128 u = at(i);
+        for (int k = 0; k < V; k++) { float d = to_float(u[k]) - m; var += d * d; }
     }
     float s = rsqrtf(warp_sum(var) / C + LN_EPS);
     floatX *o = out + (size_t)row * C;
-    for (int c = lane * X128::size; c < C; c += 32 * X128::size) {
-        X128 u = xs[c / X128::size], wv = load128(w + c), bv = load128(bias + c), res;
-        for (int k = 0; k < X128::size; k++)
+#pragma unroll
+    for (int i = 0; i < nv; i++) {
+        const int c = (lane + 32 * i) * V;
+        X128 u = at(i), wv = load128(w + c), bv = load128(bias + c), res;
+        for (int k = 0; k < V; k++)
             res[k] = from_float<floatX>((to_float(u[k]) - m) * s * to_float(wv[k]) + to_float(bv[k]));
         store128(o + c, res);
     }
@@ -57,18 +88,30 @@ __global__ void layernorm_forward_kernel(floatX *residual_out, floatX *out, floa
 
 #define LN_FWD_THREADS 256
 
-static void layernorm_forward_launch(floatX *residual_out, floatX *out, float *mean, float *rstd, const floatX *a,
-                                     const floatX *b, const floatX *w, const floatX *bias, int N, int C, cudaStream_t s) {
+template <int VPL>
+static void layernorm_forward_cfg(floatX *residual_out, floatX *out, float *mean, float *rstd, const floatX *a,
+                                  const floatX *b, const floatX *w, const floatX *bias, int N, int C, cudaStream_t s) {
     const int rows_per_block = LN_FWD_THREADS / 32;
-    size_t smem = (size_t)rows_per_block * C * sizeof(floatX);
+    size_t smem = VPL > 0 ? 0 : (size_t)rows_per_block * C * sizeof(floatX);
     static size_t smem_set = 0;
     if (smem > 48 * 1024 && smem > smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_forward_kernel<VPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
         smem_set = smem;
     }
-    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), LN_FWD_THREADS, smem, s>>>(residual_out, out, mean, rstd, a,
-                                                                                      b, w, bias, N, C);
+    layernorm_forward_kernel<VPL><<<ceil_div(N, rows_per_block), LN_FWD_THREADS, smem, s>>>(residual_out, out, mean,
+                                                                                            rstd, a, b, w, bias, N, C);
     LAUNCH_CHECK();
+}
+
+// the row in registers for GPT-2's widths up to 1280 (C = 768, 1024, 1280), else in shared memory
+static void layernorm_forward_launch(floatX *residual_out, floatX *out, float *mean, float *rstd, const floatX *a,
+                                     const floatX *b, const floatX *w, const floatX *bias, int N, int C, cudaStream_t s) {
+    const int per_lane = C % (32 * X128::size) == 0 ? C / (32 * X128::size) : 0;
+    if (per_lane == 3) layernorm_forward_cfg<3>(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
+    else if (per_lane == 4) layernorm_forward_cfg<4>(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
+    else if (per_lane == 5) layernorm_forward_cfg<5>(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
+    else layernorm_forward_cfg<0>(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
 }
 
 // out = LN(inp)

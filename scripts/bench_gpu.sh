@@ -37,7 +37,7 @@ W=$(mktemp -d)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
 TABLE="$W/table.tsv"
-printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tpeak device memory\tnvidia-smi max used\tmean SM clock, power\n' > "$TABLE"
+printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tpeak device memory\tnvidia-smi max used\tmean SM clock, power (power-capped share of samples)\n' > "$TABLE"
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv \
     > "$W/00_gpu.log" 2>&1
@@ -60,6 +60,13 @@ fi
 
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 
+# whether the board's power limit is holding the clock down (the field's name depends on
+# the driver; none: not sampled)
+CAP_FIELD=""
+for f in clocks_event_reasons.sw_power_cap clocks_throttle_reasons.sw_power_cap; do
+    if nvidia-smi --help-query-gpu 2>/dev/null | grep -q "$f"; then CAP_FIELD=",$f"; break; fi
+done
+
 # run NAME LIMIT_S CMD...: runs CMD with its output in $W/NAME.log, sampling nvidia-smi
 run() {
     local name=$1 lim=$2; shift 2
@@ -70,7 +77,7 @@ run() {
         return 99
     fi
     echo "== $name (limit ${lim}s): $*"
-    nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \
+    nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw$CAP_FIELD --format=csv,noheader,nounits -lms 200 \
         > "$W/$name.smi" 2>/dev/null &
     local smi=$!
     local t0; t0=$(date +%s)
@@ -84,13 +91,15 @@ run() {
 smi_max() { awk -F', *' '$1 > m { m = $1 } END { print (m == "" ? "?" : m " MiB") }' "$W/$1.smi" 2>/dev/null; }
 # mean SM clock and board power over the samples from the first one whose memory in use
 # reaches 90% of the run's maximum (training allocates it at its first step: start-up and
-# PyTorch's compile are left out) to the last one above 10% (the exit is left out)
+# PyTorch's compile are left out) to the last one above 10% (the exit is left out), and the
+# share of those samples in which the power limit was capping the clock
 smi_clock_power() {
-    awk -F', *' '{ m[NR] = $1; c[NR] = $2; p[NR] = $3; if ($1 > mx) mx = $1 }
+    awk -v capf="$CAP_FIELD" -F', *' '{ m[NR] = $1; c[NR] = $2; p[NR] = $3; cap[NR] = ($4 == "Active"); if ($1 > mx) mx = $1 }
         END { for (i = 1; i <= NR && m[i] < 0.9 * mx; i++);
               for (j = NR; j > i && m[j] <= mx / 10; j--);
-              for (k = i; k <= j; k++) { n++; sc += c[k]; sp += p[k] }
-              if (n && mx > 0) printf("%.0f MHz, %.0f W", sc / n, sp / n); else print "?" }' "$W/$1.smi" 2>/dev/null
+              for (k = i; k <= j; k++) { n++; sc += c[k]; sp += p[k]; sa += cap[k] }
+              if (n && mx > 0) printf("%.0f MHz, %.0f W%s", sc / n, sp / n, capf != "" ? sprintf(", power-capped %.0f%%", 100 * sa / n) : "")
+              else print "?" }' "$W/$1.smi" 2>/dev/null
 }
 
 # rows from each program's own end-of-run lines
