@@ -68,6 +68,8 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--step", type=int, default=2, help="which step to sum (>= 2; default 2)")
     a = ap.parse_args()
+    if a.step < 2:
+        sys.exit("error: --step must be 2 or more (a step is counted from the norm kernel of the one before)")
     rows, units = read_rows(a.csv)
     marks = [i for i, r in enumerate(rows) if "grad_norm_finish" in r.get("Kernel Name", "")]
     if len(marks) < a.step:

@@ -56,6 +56,8 @@ else echo "(build/test_nccl_id_file not built: no nvcc)"; fi
 # the tokenizer against tiktoken
 run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
+# the per-kernel step table from Nsight Compute's CSV (dev/PERF.md)
+run ncu-step $PYTHON dev/test/test_ncu_step.py
 # data preparation
 run prepro ./dev/test/test_prepro.sh
 run data-scripts ./dev/test/test_data_scripts.sh
