@@ -909,6 +909,13 @@ static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs
     return loss;
 }
 
+// Stages training's next micro-batch (gpt2_stage_next): the loader's next one, or with
+// train == NULL (--overfit) the batch already in inputs / targets again.
+static void stage_train_batch(GPT2 *model, DataLoader *train, int *inputs, int *targets) {
+    if (train) dataloader_next(train, inputs, targets);
+    gpt2_stage_next(model, inputs, targets, model->B, model->T);
+}
+
 static size_t device_used_bytes(void) {
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -1103,10 +1110,7 @@ int main(int argc, char **argv) {
         gpt2_zero_grad(&model);
         CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
-            if (!staged) {
-                if (!o.overfit) dataloader_next(&data.train, inputs, targets);
-                gpt2_stage_next(&model, inputs, targets, B, T);
-            }
+            if (!staged) stage_train_batch(&model, o.overfit ? NULL : &data.train, inputs, targets);
             gpt2_upload_next(&model);
             gpt2_forward(&model, B, T);
             gpt2_loss(&model, model.info + 2, loss_scale, 1, B, T);
@@ -1115,10 +1119,7 @@ int main(int argc, char **argv) {
             // the next micro-batch read and staged while the GPU runs this one; not across a
             // checkpoint, which records the loader's position as the next batch to train
             staged = micro + 1 < accum || (!last && !ckpt_due);
-            if (staged) {
-                if (!o.overfit) dataloader_next(&data.train, inputs, targets);
-                gpt2_stage_next(&model, inputs, targets, B, T);
-            }
+            if (staged) stage_train_batch(&model, o.overfit ? NULL : &data.train, inputs, targets);
         }
         gpt2_reduce_loss(&model, model.info + 2);
         // clip and update (skipped on the device if the loss or the norm is not finite)
