@@ -949,10 +949,11 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
+    int prefetch = 1;
     int deterministic = DETERMINISTIC_DEFAULT;
     float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
     const char *comm_name = "nccl";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 10];
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 11];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
     specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T matrix, -1: flash where supported");
@@ -962,6 +963,7 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
     specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z, "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
     specs[nspecs++] = arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
+    specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch, "1: read and prepare the next micro-batch on the host while the GPU runs the current one, 0: when its micro-step starts");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] = arg_spec(NULL, "--deterministic", ARG_INT, &deterministic, "1: bitwise-reproducible runs (fixed summation order everywhere), 0: faster, not reproducible (flash attention's atomic-dq backward, matmul algorithms picked by timing)");
     args_parse(argc, argv, specs, nspecs,
@@ -990,6 +992,7 @@ int main(int argc, char **argv) {
     if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
     if (fuse_gelu != 0 && fuse_gelu != 1) fatal("--fuse-gelu must be 0 or 1");
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
+    if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     GPT2 model;
     memset(&model, 0, sizeof model);
@@ -1118,7 +1121,7 @@ int main(int argc, char **argv) {
             gpt2_backward(&model);
             // the next micro-batch read and staged while the GPU runs this one; not across a
             // checkpoint, which records the loader's position as the next batch to train
-            staged = micro + 1 < accum || (!last && !ckpt_due);
+            staged = prefetch && (micro + 1 < accum || (!last && !ckpt_due));
             if (staged) stage_train_batch(&model, o.overfit ? NULL : &data.train, inputs, targets);
         }
         gpt2_reduce_loss(&model, model.info + 2);
