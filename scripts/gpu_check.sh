@@ -4,7 +4,7 @@
 # Tiny Shakespeare shards in $DATA (default .carry/ts). Generates the PyTorch references,
 # runs test_gpt2cu (bf16, fp32, fp16; a small shape, head size 64 at T=192, and d12 B=4 T=64), a d12 B=64 T=1024
 # training run for tokens/s and memory, and a resume check (20 steps straight vs 10 +
-# resume 10, loss and norm compared bit for bit). Logs go to $OUT (or out/gpu_check);
+# resume 10, loss and norm compared bit for bit; and the same 20 steps with --prefetch 0). Logs go to $OUT (or out/gpu_check);
 # a summary table is printed last.
 set -u
 cd "$(dirname "$0")/.."
@@ -106,6 +106,12 @@ else note "resume bit-exact: FAIL"; diff <(echo "$a") <(echo "$b") | head -20 | 
 timeout 120 $BIN/train_gpt2cu $TR $R > "$W/C.log" 2>&1
 c=$(grep -E '^step +(1[1-9]|20)/' "$W/C.log" | awk -F'|' '{print $1 $2 $3}')
 [ -n "$a" ] && [ "$a" = "$c" ] && note "determinism (two identical runs): PASS" || note "determinism: FAIL"
+# the next micro-batch prepared while the GPU runs (default) or when its step starts: the same
+# batches in the same order, so the same steps bit for bit (checkpoint and validation at 10)
+timeout 120 $BIN/train_gpt2cu $TR $R -o "$W/runP" -n 10 --prefetch 0 > "$W/P.log" 2>&1
+p=$(grep -E '^step +([1-9]|1[0-9]|20)/' "$W/P.log" | awk -F'|' '{print $1 $2 $3}')
+a20=$(grep -E '^step +([1-9]|1[0-9]|20)/' "$W/A.log" | awk -F'|' '{print $1 $2 $3}')
+[ -n "$p" ] && [ "$p" = "$a20" ] && note "--prefetch 0 and 1 (20 steps, loss+norm identical): PASS" || note "--prefetch 0 vs 1: FAIL"
 
 # fp16 resume (loss scale in the state)
 timeout 120 $BIN/train_gpt2cu_fp16 $TR $R -o "$W/runD" -n 10 > "$W/D.log" 2>&1
@@ -115,7 +121,7 @@ timeout 120 $BIN/train_gpt2cu_fp16 $TR $R -o "$W/runE" -n 10 -y 1 > "$W/E.log" 2
 d=$(grep -E '^step +(1[1-9]|20)/' "$W/D.log" | awk -F'|' '{print $1 $2 $3}')
 e=$(grep -E '^step +(1[1-9]|20)/' "$W/E.log" | awk -F'|' '{print $1 $2 $3}')
 [ -n "$d" ] && [ "$d" = "$e" ] && note "fp16 resume bit-exact: PASS" || note "fp16 resume bit-exact: FAIL"
-for x in A B C D E; do echo "=== run $x"; cat "$W/$x.log"; done > "$OUT/resume.log"
+for x in A B C P D E; do echo "=== run $x"; cat "$W/$x.log"; done > "$OUT/resume.log"
 
 # 6. memory checker on the small test
 if [ "${SKIP_TESTS:-0}" != 1 ] && [ "${QUICK:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
