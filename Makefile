@@ -25,7 +25,7 @@ GPU_ARCH ?= 90a
 FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
 NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
              -DGPU_CC=$(subst a,,$(GPU_ARCH)) -DPRECISION=$(PRECISION) -I.
-NVCC_LIBS = -lcublas -lcublasLt -lnccl
+NVCC_LIBS = -lcublas -lcublasLt -lnccl -ldl
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 MPICC ?= mpicc
 HAVE_MPI := $(shell command -v $(MPICC) 2>/dev/null)
@@ -87,6 +87,15 @@ build/san/test_gpt2: test_gpt2.c train_gpt2.c $(COMMON_H)
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -fno-math-errno -I. -fopenmp $(SAN_FLAGS) -o $@ test_gpt2.c $(LDLIBS)
 
+# the energy reader against a fake NVML (the driver's library is absent on CPU machines)
+build/fake_nvml/libnvidia-ml.so.1: dev/test/fake_nvml.c
+	@mkdir -p build/fake_nvml
+	$(CC) -std=c11 -Wall -Wextra -shared -fPIC -o $@ $<
+
+build/san/test_energy: dev/test/test_energy.c common/energy.h $(COMMON_H) build/fake_nvml/libnvidia-ml.so.1
+	@mkdir -p build/san
+	$(CC) -std=c11 -Wall -Wextra -I. $(SAN_FLAGS) -o $@ $< $(LDLIBS) -ldl
+
 build/test_sgemm: dev/test/test_sgemm.c common/sgemm.h
 	@mkdir -p build
 	$(CC) $(CFLAGS) -o $@ dev/test/test_sgemm.c $(LDLIBS)
@@ -107,7 +116,7 @@ build/test_nccl_id_file: dev/test/test_nccl_id_file.cu kernels/comm.cuh kernels/
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_nccl_id_file.cu $(NVCC_LIBS)
 
-UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm
+UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm build/san/test_energy
 
 test: cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),build/test_nccl_id_file)  ## run every test (CPU; the README's test command)
 	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
@@ -133,7 +142,7 @@ train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, o
 test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh  ## flash attention vs an fp32 reference, and its benchmark (GPU)
+build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh common/energy.h  ## flash attention vs an fp32 reference, and its benchmark (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
@@ -141,7 +150,7 @@ build/test_wgmma: dev/test/test_wgmma.cu kernels/attention.cuh kernels/attention
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
-build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh  ## every cuBLASLt algorithm on the step's matmul shapes (GPU)
+build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh common/energy.h  ## every cuBLASLt algorithm on the step's matmul shapes (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
 

@@ -25,6 +25,7 @@
 #include "common/tokenizer.h"
 #include "common/train_common.h"
 #include "common/distributed.h"
+#include "common/energy.h"
 #include <float.h>
 #include <math.h>
 
@@ -1100,11 +1101,19 @@ int main(int argc, char **argv) {
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
-    double sum_dt = 0.0;
+    double sum_dt = 0.0, sum_joules = 0.0;
     int timed_steps = 0;
+    EnergyMeter meter;  // this rank's GPU board: joules per timed step, where NVML has the counter
+    {
+        char bus[32] = "";
+        int cur = 0;
+        CUDA_CHECK(cudaGetDevice(&cur));
+        CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, cur));
+        energy_open(&meter, bus);
+    }
     int staged = 0;  // the next training micro-batch is staged in the host buffer IO_NEXT
     for (int step = start_step; step < max_steps; step++) {
-        double t0 = wall_seconds();
+        double t0 = wall_seconds(), e0 = energy_joules(&meter);
         int last = step + 1 == max_steps;
         int ckpt_due = o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last);
         g_prof.active = profile;
@@ -1131,10 +1140,10 @@ int main(int argc, char **argv) {
         float info[3];
         CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, model.stream));
         CUDA_CHECK(cudaStreamSynchronize(model.stream));  // the step's one host sync
-        double dt = wall_seconds() - t0;
+        double dt = wall_seconds() - t0, joules = energy_joules(&meter) - e0;
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
         float loss = info[2], norm = info[0];
-        if (step - start_step >= 10) { sum_dt += dt; timed_steps++; }  // steady state: from the 11th step on
+        if (step - start_step >= 10) { sum_dt += dt; sum_joules += joules; timed_steps++; }  // steady state: from the 11th step on
         logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
                       step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt,
                       100.0 * flops_per_step / dt / peak_flops);
@@ -1169,6 +1178,13 @@ int main(int argc, char **argv) {
         printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", start_step + 11, max_steps,
                1e3 * sum_dt / timed_steps, o.total_batch * timed_steps / sum_dt,
                100.0 * flops_per_step * timed_steps / sum_dt / peak_flops);
+    if (rank0 && timed_steps > 0) {
+        if (meter.get_energy)
+            printf("energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", start_step + 11,
+                   max_steps, pg.world > 1 ? ", rank 0's GPU" : "", sum_joules / timed_steps, sum_joules / sum_dt);
+        else
+            printf("energy: not measured (%s)\n", meter.why);
+    }
     if (rank0 && profile && g_prof.steps > 0) {
         double sum = 0.0;
         printf("profile: mean ms per step over %d steps (CUDA events; excludes the first step)%s\n", g_prof.steps,

@@ -172,6 +172,40 @@ def parse_args(argv=None):
     return args
 
 
+class EnergyMeter:
+    """The GPU board's energy counter through NVML (ctypes), as train_gpt2cu reads it
+    (common/energy.h); joules() is None where the library or the counter is missing."""
+
+    def __init__(self, device_index):
+        import ctypes
+        self.why, self.lib, self.dev = "", None, ctypes.c_void_p()
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError:
+            self.why = "libnvidia-ml.so.1 not found"
+            return
+        p = torch.cuda.get_device_properties(device_index)
+        if not hasattr(p, "pci_bus_id"):
+            self.why = "this torch does not give the GPU's PCI bus id"
+            return
+        bus = "%04x:%02x:%02x.0" % (p.pci_domain_id, p.pci_bus_id, p.pci_device_id)
+        self.mj = ctypes.c_ulonglong()
+        self.ref = ctypes.byref(self.mj)
+        if lib.nvmlInit_v2() != 0:
+            self.why = "nvmlInit failed"
+        elif lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(self.dev)) != 0:
+            self.why = "NVML does not know GPU %s" % bus
+        elif lib.nvmlDeviceGetTotalEnergyConsumption(self.dev, self.ref) != 0:
+            self.why = "no energy counter on this GPU"
+        else:
+            self.lib = lib
+
+    def joules(self):
+        if self.lib is None or self.lib.nvmlDeviceGetTotalEnergyConsumption(self.dev, self.ref) != 0:
+            return None
+        return 1e-3 * self.mj.value
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -211,11 +245,12 @@ def main(argv=None):
     sys.stdout.flush()
 
     torch.cuda.reset_peak_memory_stats()
-    times = []
+    times, joules = [], []
+    meter = EnergyMeter(torch.cuda.current_device())
     t_start = time.perf_counter()
     for step in range(args.steps):
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, e0 = time.perf_counter(), meter.joules()
         x, y = data.next()
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
             loss = fwd(x, y)
@@ -225,8 +260,9 @@ def main(argv=None):
         opt.zero_grad(set_to_none=True)
         loss_v = loss.item()  # synchronizes
         norm_v = norm.item() if norm is not None else float("nan")
-        dt = time.perf_counter() - t0
+        dt, e1 = time.perf_counter() - t0, meter.joules()
         times.append(dt)
+        joules.append(e1 - e0 if e0 is not None and e1 is not None else None)
         print("step %4d/%d | loss %.6f | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%"
               % (step + 1, args.steps, loss_v, norm_v, dt * 1e3, B * T / dt,
                  100.0 * flops_per_token * B * T / dt / PEAK_FLOPS), flush=True)
@@ -249,6 +285,14 @@ def main(argv=None):
     }
     print("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%"
           % (WARMUP_STEPS + 1, args.steps, mean_s * 1e3, tok_s, summary["mfu_pct"]))
+    timed_j = joules[WARMUP_STEPS:]
+    if all(j is not None for j in timed_j):
+        summary["joules_per_step"] = round(sum(timed_j) / len(timed_j), 2)
+        summary["mean_watts"] = round(sum(timed_j) / sum(timed), 1)
+        print("energy over steps %d..%d (NVML board counter): %.1f J/step, %.0f W mean"
+              % (WARMUP_STEPS + 1, args.steps, summary["joules_per_step"], summary["mean_watts"]))
+    else:
+        print("energy: not measured (%s)" % (meter.why or "the counter stopped answering"))
     print("SUMMARY " + json.dumps(summary), flush=True)
 
 

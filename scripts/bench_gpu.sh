@@ -12,7 +12,9 @@
 # train_gpt2cu's own end-of-run line (cudaMemGetInfo, this process), PyTorch's
 # max_memory_reserved (and max_memory_allocated); the maximum of nvidia-smi memory.used
 # sampled every 200 ms during each run is a cross-check (whole GPU, CUDA context included);
-# the same samples give the mean SM clock and board power while the run held the GPU.
+# the same samples give the mean SM clock and board power while the run held the GPU. J/step:
+# the board's energy counter (NVML) over the timed steps, as each program prints it ("-": not
+# available on that machine).
 #
 # Run from the repository root on the GPU machine:   scripts/bench_gpu.sh
 # Needs ./train_gpt2cu (built with make train_gpt2cu if absent or unrunnable) and
@@ -37,7 +39,7 @@ W=$(mktemp -d)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
 TABLE="$W/table.tsv"
-printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tpeak device memory\tnvidia-smi max used\tmean SM clock, power (power-capped share of samples)\n' > "$TABLE"
+printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tJ/step\tpeak device memory\tnvidia-smi max used\tmean SM clock, power (power-capped share of samples)\n' > "$TABLE"
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv \
     > "$W/00_gpu.log" 2>&1
@@ -105,28 +107,30 @@ smi_clock_power() {
 # rows from each program's own end-of-run lines
 row_cu() {  # NAME MODEL B
     local log="$W/$1.log" mean mem
-    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
     mean=$(grep -E '^mean over steps' "$log" | tail -1)
     mem=$(grep -E '^device memory in use at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
     if [ -z "$mean" ]; then
-        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
+        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return
     fi
+    # joules per step from the board's energy counter over the same steps ("-": not measured)
+    joules=$(grep -E '^energy over steps' "$log" | tail -1 | sed -E 's/.*: ([0-9.]+) J\/step.*/\1/')
     echo "$mean" | sed -E 's/.*: ([0-9.]+) ms\/step, ([0-9]+) tok\/s, MFU ([0-9.]+)%.*/\1 \2 \3/' | {
         read -r ms tok mfu
-        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "$mem" "$(smi_max "$1")" \
+        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "${joules:--}" "$mem" "$(smi_max "$1")" \
             "$(smi_clock_power "$1")" >> "$TABLE"
     }
 }
 row_torch() {  # NAME MODEL B
     local log="$W/$1.log" s
-    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
     s=$(grep -E '^SUMMARY ' "$log" | tail -1 | sed 's/^SUMMARY //')
     if [ -z "$s" ]; then
-        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
+        printf '%s\t%s\t%s\tfailed\t-\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return
     fi
-    echo "$s" | python3 -c 'import json, sys; d = json.load(sys.stdin); print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"], d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d["max_reserved_MiB"], d["max_allocated_MiB"]))' "$1" \
+    echo "$s" | python3 -c 'import json, sys; d = json.load(sys.stdin); print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"], d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d.get("joules_per_step", "-"), d["max_reserved_MiB"], d["max_allocated_MiB"]))' "$1" \
         | sed "s/\$/\t$(smi_max "$1")\t$(smi_clock_power "$1")/" >> "$TABLE"
 }
 
