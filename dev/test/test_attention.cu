@@ -2,7 +2,9 @@
 // GPU reference, forward (out, lse) and backward (dq, dk, dv), at several shapes, plus a
 // bitwise determinism check of the backward. bf16 or fp16 build (-DPRECISION=BF16|FP16).
 //   build/test_attention [--seed N]            correctness; exit 1 on any miss
-//   build/test_attention --bench B NH T hs     timing of ours (and the old cuBLAS path)
+//   build/test_attention --bench B NH T hs     timing of ours (and the old cuBLAS path), and
+//                                              joules per layer under a sustained load
+#include "common/energy.h"
 #include "kernels/attention.cuh"
 #include <vector>
 #include <string.h>
@@ -338,6 +340,32 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     }
     g_fwd = NULL;
     g_bwd = NULL;
+    {  // the defaults' forward + backward again and again for ~4 s, so that the board reaches
+       // the clock its power limit allows: ms and joules (NVML) per layer
+        EnergyMeter meter;
+        char bus[32] = "";
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
+        int have_energy = energy_open(&meter, bus);
+        int reps = (int)(4000.0f / (ms_f0 + ms_b)) + 1;
+        CUDA_CHECK(cudaDeviceSynchronize());
+        double e_start = energy_joules(&meter);
+        CUDA_CHECK(cudaEventRecord(e0));
+        for (int r = 0; r < reps; r++) {
+            do_fwd(out, lse, qkv, B, T, C, NH);
+            do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH);
+        }
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        double joules = energy_joules(&meter) - e_start;
+        printf("SUSTAINED ours B=%d NH=%d T=%d hs=%d: %d x (fwd + bwd), %.4f ms each", B, NH, T, hs, reps, ms / reps);
+        if (have_energy) printf(", %.3f J each, %.0f W mean", joules / reps, joules / (ms * 1e-3));
+        else printf(" (energy not measured: %s)", meter.why);
+        printf("\n");
+    }
     {  // --deterministic 0 through the public launcher (the atomic-dq backward where it is the
        // faster one), then the atomic-dq tile variants
         int na = (hs == 64 && variants) ? NAV : 0;
