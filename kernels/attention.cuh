@@ -365,6 +365,35 @@ template <int HS>
 __device__ __forceinline__ void ldsm_Bt(uint32_t *b, const floatX *s, int k0, int n0, int lane) {
     ldsm_x4_t(b, tile_at<HS>(s, k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
 }
+// acc += P X for NT row tiles of 16: P (NT x 16 rows, KN columns) is the fp32 result of an
+// earlier product still in this warp's accumulator registers, whose C-fragment layout is the
+// A-fragment layout once two columns are packed per register; X (KN x HS) is a row-major tile
+// in shared memory. The forward's O += P V and the backward's dV, dK and dQ sums.
+template <int HS, int NT, int KN8>  // KN8 = KN / 8, P's n8 column tiles
+__device__ __forceinline__ void mma_regs_by_tile(float (&acc)[NT][HS / 8][4], const float (&p)[NT][KN8][4],
+                                                 const floatX *x, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KN8 / 2; kk++) {
+        uint32_t pa[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            pa[t][0] = pack2(p[t][2 * kk][0], p[t][2 * kk][1]);
+            pa[t][1] = pack2(p[t][2 * kk][2], p[t][2 * kk][3]);
+            pa[t][2] = pack2(p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]);
+            pa[t][3] = pack2(p[t][2 * kk + 1][2], p[t][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int d = 0; d < HS / 16; d++) {
+            uint32_t bf[4];
+            ldsm_Bt<HS>(bf, x, kk * 16, d * 16, lane);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                mma16816(acc[t][2 * d], pa[t], bf[0], bf[1]);
+                mma16816(acc[t][2 * d + 1], pa[t], bf[2], bf[3]);
+            }
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // forward: one block = BM = 16*MT*NW query rows of one head (each warp MT tiles of 16 rows,
@@ -480,27 +509,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(floatX *out, float *lse, c
                 o[mt][i][2] *= alpha[1]; o[mt][i][3] *= alpha[1];
             }
         }
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t pa[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int d = 0; d < HS / 16; d++) {
-                uint32_t bf[4];
-                ldsm_Bt<HS>(bf, cV, kk * 16, d * 16, lane);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816(o[mt][2 * d], pa[mt], bf[0], bf[1]);
-                    mma16816(o[mt][2 * d + 1], pa[mt], bf[2], bf[3]);
-                }
-            }
-        }
+        mma_regs_by_tile<HS>(o, s, cV, lane);
         __syncthreads();  // this buffer is refilled next iteration
     }
 #pragma unroll
@@ -731,27 +740,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, float *
                     st[kt][t][e] = p;
                 }
         // dV += P^T dO
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t pa[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                pa[kt][0] = pack2(st[kt][2 * kk][0], st[kt][2 * kk][1]);
-                pa[kt][1] = pack2(st[kt][2 * kk][2], st[kt][2 * kk][3]);
-                pa[kt][2] = pack2(st[kt][2 * kk + 1][0], st[kt][2 * kk + 1][1]);
-                pa[kt][3] = pack2(st[kt][2 * kk + 1][2], st[kt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int d = 0; d < HS / 16; d++) {
-                uint32_t bf[4];
-                ldsm_Bt<HS>(bf, cO, kk * 16, d * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    mma16816(dv[kt][2 * d], pa[kt], bf[0], bf[1]);
-                    mma16816(dv[kt][2 * d + 1], pa[kt], bf[2], bf[3]);
-                }
-            }
-        }
+        mma_regs_by_tile<HS>(dv, st, cO, lane);
         // dP^T = V dO^T, then dS^T = P^T * (dP^T - D) in place of P^T
         {
             float dpt[KT][BM / 8][4];
@@ -828,27 +817,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, float *
             }
         }
         // dK += dS^T Q
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t pa[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) {
-                pa[kt][0] = pack2(st[kt][2 * kk][0], st[kt][2 * kk][1]);
-                pa[kt][1] = pack2(st[kt][2 * kk][2], st[kt][2 * kk][3]);
-                pa[kt][2] = pack2(st[kt][2 * kk + 1][0], st[kt][2 * kk + 1][1]);
-                pa[kt][3] = pack2(st[kt][2 * kk + 1][2], st[kt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int d = 0; d < HS / 16; d++) {
-                uint32_t bf[4];
-                ldsm_Bt<HS>(bf, cQ, kk * 16, d * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    mma16816(dk[kt][2 * d], pa[kt], bf[0], bf[1]);
-                    mma16816(dk[kt][2 * d + 1], pa[kt], bf[2], bf[3]);
-                }
-            }
-        }
+        mma_regs_by_tile<HS>(dk, st, cQ, lane);
         __syncthreads();
     }
 #pragma unroll
@@ -986,27 +955,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
                 }
         }
         // dQ += dS K
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t pa[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int d = 0; d < HS / 16; d++) {
-                uint32_t bf[4];
-                ldsm_Bt<HS>(bf, cK, kk * 16, d * 16, lane);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816(dq[mt][2 * d], pa[mt], bf[0], bf[1]);
-                    mma16816(dq[mt][2 * d + 1], pa[mt], bf[2], bf[3]);
-                }
-            }
-        }
+        mma_regs_by_tile<HS>(dq, s, cK, lane);
         __syncthreads();
     }
 #pragma unroll
