@@ -76,6 +76,12 @@ for r in 1 0 2 fp16; do
     note "    $(grep -E '^memory:' "$W/tr.log" | cut -c1-220)"
     note "    $(grep -E 'at peak' "$W/tr.log")"
     note "    $(grep -E '^step' "$W/tr.log" | tail -1)"
+    # the energy line: measured with a mean power a board can draw, or the reason it was not
+    en=$(grep -E '^energy' "$W/tr.log")
+    watts=$(echo "$en" | sed -nE 's/.* ([0-9.]+) W mean.*/\1/p')
+    if [ -n "$watts" ] && awk -v w="$watts" 'BEGIN { exit !(w > 50 && w < 1500) }'; then note "    $en: PASS"
+    elif echo "$en" | grep -q '^energy: not measured (.\+)'; then note "    $en"
+    else note "    energy line missing or implausible: FAIL ($en)"; fi
 done
 
 # where the time goes (CUDA events per phase; the events cost a little time themselves)
