@@ -116,7 +116,7 @@ build/test_nccl_id_file: dev/test/test_nccl_id_file.cu kernels/comm.cuh kernels/
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_nccl_id_file.cu $(NVCC_LIBS)
 
-UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/test_matmul_algos
+UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm build/san/test_energy
 
 test: cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),build/test_nccl_id_file)  ## run every test (CPU; the README's test command)
 	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh

@@ -953,8 +953,8 @@ int main(int argc, char **argv) {
     int prefetch = 1;
     int deterministic = DETERMINISTIC_DEFAULT;
     float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
-    const char *comm_name = "nccl", *matmul_algos_path = NULL;
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 12];
+    const char *comm_name = "nccl";
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 11];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
     specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T matrix, -1: flash where supported");
@@ -966,7 +966,6 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
     specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch, "1: read and prepare the next micro-batch on the host while the GPU runs the current one, 0: when its micro-step starts");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end");
-    specs[nspecs++] = arg_spec(NULL, "--matmul-algos", ARG_STRING, &matmul_algos_path, "a tuning file fixing cuBLASLt's algorithm per matmul shape (written by build/bench_matmul --tune on this GPU); without it, the heuristic's first");
     specs[nspecs++] = arg_spec(NULL, "--deterministic", ARG_INT, &deterministic, "1: bitwise-reproducible runs (fixed summation order everywhere), 0: faster, not reproducible (flash attention's atomic-dq backward, matmul algorithms picked by timing)");
     args_parse(argc, argv, specs, nspecs,
                "usage: train_gpt2cu [options]\n"
@@ -996,11 +995,6 @@ int main(int argc, char **argv) {
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
     if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
-    static MatmulAlgos matmul_algos;
-    if (matmul_algos_path) {
-        matmul_algos_read(&matmul_algos, matmul_algos_path);
-        g_matmul_algos = &matmul_algos;
-    }
     GPT2 model;
     memset(&model, 0, sizeof model);
     GPT2Config cfg;
@@ -1057,7 +1051,6 @@ int main(int argc, char **argv) {
               "rebuild with make GPU_ARCH=%d%d (untested on other GPUs)", GPU_CC / 10, GPU_CC % 10, dev, prop.name,
               prop.major, prop.minor, prop.major, prop.minor);
 #endif
-    if (g_matmul_algos) matmul_algos_check(g_matmul_algos, prop.name, (long)cublasLtGetVersion(), PRECISION_NAME);
     size_t used0 = device_used_bytes();
     Comm comm;
     comm_init(&comm, &pg, pg.world > 1 ? backend : COMM_BACKEND_NONE);
@@ -1166,13 +1159,7 @@ int main(int argc, char **argv) {
                 model.loss_scale_good_steps = 0;
             }
         }
-        if (step == start_step) {
-            size_t u = device_used_bytes();
-            if (u > peak_used) peak_used = u;
-            if (rank0 && g_matmul_algos)  // every shape of the step has been planned by now
-                printf("matmul algorithms: %d of the %d shapes in %s matched this run's matmuls\n",
-                       matmul_algos_used(g_matmul_algos), g_matmul_algos->n, g_matmul_algos->path);
-        }
+        if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
 
         if (data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
             float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);

@@ -7,16 +7,7 @@
 // sustained load, the clock the power limit then allows included; and a device-to-device
 // copy's joules per GB, for the memory-bound kernels. GPU only.
 //   build/bench_matmul [B T C L Vp]      (default 64 1024 768 12 50304: GPT-2 124M, B=64)
-//   build/bench_matmul --tune FILE [B T C L Vp]
-// --tune also runs each counted shape's first MATMUL_ALGO_CANDIDATES candidates back to back
-// for ~0.5 s each, twice, on the board already at its power limit, keeps the one with the
-// least time per call there (at the limit the clock follows the power, so time stands for
-// energy; NVML's counter, which on the H200 moved in steps of about 100 ms of energy, is
-// too coarse to rank candidates over windows this short) and writes
-// FILE for train_gpt2cu --matmul-algos (format: common/matmul_algos.h); then the step's
-// matmuls sustained once more with those.
 #include "common/energy.h"
-#include "common/matmul_algos.h"
 #include "kernels/common.cuh"
 #include "kernels/matmul.cuh"
 
@@ -40,10 +31,8 @@ typedef struct {
 
 int main(int argc, char **argv) {
     int B = 64, T = 1024, C = 768, L = 12, Vp = 50304;
-    const char *tune_path = NULL;
-    if (argc >= 3 && !strcmp(argv[1], "--tune")) { tune_path = argv[2]; argc -= 2; argv += 2; }
     if (argc == 6) { B = atoi(argv[1]); T = atoi(argv[2]); C = atoi(argv[3]); L = atoi(argv[4]); Vp = atoi(argv[5]); }
-    else if (argc != 1) { fprintf(stderr, "usage: bench_matmul [--tune FILE] [B T C L Vp]\n"); return 2; }
+    else if (argc != 1) { fprintf(stderr, "usage: %s [B T C L Vp]\n", argv[0]); return 2; }
     const int N = B * T;
     matmul_init(0);
     // forward: matmul_lt(out, W, inp, bias, OC, N, Cin, 1, 0, Cin, Cin, OC)
@@ -110,13 +99,8 @@ int main(int argc, char **argv) {
     printf("%-8s %-11s%5s %6s %9s %8s %9s %8s %5s\n", "layer", "call", "/step", "algos", "first_ms", "TFLOP/s", "best_ms", "TFLOP/s",
            "best#");
     double tot_first = 0, tot_best = 0, tot_flops = 0;
-    // the counted calls kept for the sustained runs: descriptor, operands, the trainer's key for
-    // the shape, and the algorithms of each set (0 the heuristic's first, 1 the fastest in a
-    // burst, 2 the tuned one)
-    struct Kept {
-        LtCall c; const floatX *A, *Bm; floatX *D; float beta; int per_step; float first_ms;
-        const char *layer, *call; int key[MATMUL_ALGO_KEY]; cublasLtMatmulAlgo_t algo[3];
-    };
+    // the counted calls kept for the sustained run: descriptor, operands, both algorithms
+    struct Kept { LtCall c; const floatX *A, *Bm; floatX *D; float beta; int per_step; cublasLtMatmulAlgo_t first, best; };
     Kept kept[40];
     int nk = 0;
     for (int i = 0; i < ns; i++) {
@@ -165,10 +149,7 @@ int main(int argc, char **argv) {
         printf("%-8s %-11s%5d %6d %9.4f %8.1f %9.4f %8.1f %5d\n", sh->layer, sh->call, sh->per_step, na, first, flops / first * 1e-9,
                best, flops / best * 1e-9, besti);
         if (!counted) continue;
-        Kept *kp = &kept[nk++];
-        *kp = {c, A, Bm, D, sh->beta, sh->per_step, first, sh->layer, sh->call,
-               {sh->m, sh->n, sh->k, sh->ta, sh->tb, sh->lda, sh->ldb, sh->ldd, (int)sh->epi, bptr != NULL, sh->beta != 0.0f},
-               {h[0].algo, h[besti].algo, h[0].algo}};
+        kept[nk++] = {c, A, Bm, D, sh->beta, sh->per_step, h[0].algo, h[besti].algo};
         tot_first += first * sh->per_step;
         tot_best += best * sh->per_step;
         tot_flops += flops * sh->per_step;
@@ -185,84 +166,33 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
     int have_energy = energy_open(&meter, bus);
     if (!have_energy) printf("energy: not measured (%s)\n", meter.why);
-    auto call = [&](const Kept &kp, const cublasLtMatmulAlgo_t *algo) {
-        float alpha = 1.0f;
-        cublasLtMatmul(g_cublaslt, kp.c.desc, &alpha, kp.A, kp.c.la, kp.Bm, kp.c.lb, &kp.beta, kp.D, kp.c.ld, kp.D,
-                       kp.c.ld, algo, g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0);
-    };
-    // runs body() reps times; ms and joules in all
-    auto timed = [&](int reps, auto body, float *ms, double *joules) {
-        CUDA_CHECK(cudaDeviceSynchronize());
-        double e_start = energy_joules(&meter);
-        CUDA_CHECK(cudaEventRecord(e0));
-        for (int r = 0; r < reps; r++) body();
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(ms, e0, e1));
-        *joules = energy_joules(&meter) - e_start;
-    };
-    const char *set_names[3] = {"first", "fastest", "tuned"};
-    auto sustain = [&](int set) {
-        int reps = (int)(5000.0 / (set == 1 ? tot_best : tot_first)) + 1;
-        float ms;
-        double joules;
-        auto step = [&] {
-            for (int k = 0; k < nk; k++)
-                for (int j = 0; j < kept[k].per_step; j++) call(kept[k], &kept[k].algo[set]);
-        };
-        timed(1, step, &ms, &joules);  // warm-up
-        timed(reps, step, &ms, &joules);
-        printf("sustained, %s algorithms: %d steps of matmuls, %.2f ms/step (%.1f TFLOP/s)", set_names[set], reps,
-               ms / reps, tot_flops / (ms / reps) * 1e-9);
-        if (have_energy) printf(", %.1f J/step, %.0f W mean", joules / reps, joules / (ms * 1e-3));
-        printf("\n");
-    };
-    sustain(0);
-    sustain(1);
-
-    if (tune_path) {
-        // each shape's candidates, each run back to back for ~0.3 s, in two rounds (the board
-        // stays at its limit throughout: the runs above have brought it there)
-        printf("tuning %d shapes, up to %d candidates each, by time per call at the power limit (ms, J per call)\n",
-               nk, MATMUL_ALGO_CANDIDATES);
-        int keys[40][MATMUL_ALGO_KEY], chosen[40];
-        for (int k = 0; k < nk; k++) {
-            cublasLtMatmulHeuristicResult_t h[MATMUL_ALGO_CANDIDATES];
-            int na = lt_call_heuristic(&kept[k].c, h, MATMUL_ALGO_CANDIDATES);  // as the trainer asks
-            double cost[MATMUL_ALGO_CANDIDATES], per_ms[MATMUL_ALGO_CANDIDATES];
-            int reps = (int)(500.0f / kept[k].first_ms) + 1;
-            for (int a = 0; a < na; a++) cost[a] = per_ms[a] = INFINITY;
-            for (int round = 0; round < 2; round++)
-                for (int a = 0; a < na; a++) {
-                    float alpha = 1.0f, ms;
-                    double joules;
-                    if (cublasLtMatmul(g_cublaslt, kept[k].c.desc, &alpha, kept[k].A, kept[k].c.la, kept[k].Bm,
-                                       kept[k].c.lb, &kept[k].beta, kept[k].D, kept[k].c.ld, kept[k].D, kept[k].c.ld,
-                                       &h[a].algo, g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0) != CUBLAS_STATUS_SUCCESS)
-                        continue;  // does not run here
-                    timed(reps, [&] { call(kept[k], &h[a].algo); }, &ms, &joules);
-                    if (ms / reps < per_ms[a]) { per_ms[a] = ms / reps; cost[a] = joules / reps; }
-                }
-            int best = 0;
-            for (int a = 1; a < na; a++)
-                if (per_ms[a] < per_ms[best]) best = a;
-            printf("%-8s %-11s", kept[k].layer, kept[k].call);
-            for (int a = 0; a < na; a++)
-                printf(have_energy ? " %s%.4f ms %.3f J" : " %s%.4f ms", a == best ? "*" : "", per_ms[a], cost[a]);
+    for (int which = 0; which < 2; which++) {
+        int reps = (int)(5000.0 / (which ? tot_best : tot_first)) + 1;
+        for (int warm = 0; warm < 2; warm++) {
+            if (!warm) CUDA_CHECK(cudaDeviceSynchronize());
+            double e_start = energy_joules(&meter);
+            CUDA_CHECK(cudaEventRecord(e0));
+            for (int r = 0; r < (warm ? reps : 1); r++)
+                for (int k = 0; k < nk; k++)
+                    for (int j = 0; j < kept[k].per_step; j++) {
+                        float alpha = 1.0f;
+                        cublasLtMatmul(g_cublaslt, kept[k].c.desc, &alpha, kept[k].A, kept[k].c.la, kept[k].Bm, kept[k].c.lb,
+                                       &kept[k].beta, kept[k].D, kept[k].c.ld, kept[k].D, kept[k].c.ld,
+                                       which ? &kept[k].best : &kept[k].first, g_cublaslt_workspace,
+                                       CUBLASLT_WORKSPACE_BYTES, 0);
+                    }
+            CUDA_CHECK(cudaEventRecord(e1));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            if (!warm) continue;
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            double joules = energy_joules(&meter) - e_start;
+            printf("sustained, %s algorithms: %d steps of matmuls, %.2f ms/step (%.1f TFLOP/s)", which ? "fastest" : "first",
+                   reps, ms / reps, tot_flops / (ms / reps) * 1e-9);
+            if (have_energy) printf(", %.1f J/step, %.0f W mean", joules / reps, joules / (ms * 1e-3));
             printf("\n");
-            memcpy(keys[k], kept[k].key, sizeof keys[k]);
-            chosen[k] = best;
-            kept[k].algo[2] = h[best].algo;
         }
-        cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-        char note[128];
-        snprintf(note, sizeof note, "tuned by build/bench_matmul --tune at B=%d T=%d C=%d L=%d Vp=%d", B, T, C, L, Vp);
-        matmul_algos_write(tune_path, prop.name, (long)cublasLtGetVersion(), PRECISION_NAME, keys, chosen, nk, note);
-        printf("wrote %s\n", tune_path);
-        sustain(2);
     }
-
     // the same for a device-to-device copy: joules per GB moved (read + written), the price of
     // the memory-bound kernels' traffic
     {

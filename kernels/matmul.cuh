@@ -9,7 +9,6 @@
 #pragma once
 #include "common.cuh"
 #include "gelu.cuh"
-#include "common/matmul_algos.h"
 
 static cublasLtHandle_t g_cublaslt;
 static cublasHandle_t g_cublas;
@@ -20,10 +19,8 @@ static int g_fuse_gelu = 1;  // 0: GELU as a separate kernel (--fuse-gelu 0), or
 // (the trainer sets it for one pass before training, with --deterministic 0); 0: the
 // heuristic's first choice, the same on every run
 static int g_matmul_tune = 0;
+#define MATMUL_TUNE_CANDIDATES 8
 static int g_tuned_shapes = 0, g_tuned_changed = 0;  // shapes timed; of those, not the first choice
-// --matmul-algos: the candidate fixed per shape by a tuning file (common/matmul_algos.h);
-// it takes precedence over both of the above for the shapes it lists
-static MatmulAlgos *g_matmul_algos = NULL;
 
 #if PRECISION == PRECISION_FP32
 static const cublasComputeType_t CUBLAS_COMPUTE = CUBLAS_COMPUTE_32F;  // true fp32, no TF32
@@ -162,20 +159,10 @@ static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bi
         memset(plan, 0, sizeof *plan);
         plan->m = m; plan->n = n; plan->k = k; plan->ta = ta; plan->tb = tb; plan->lda = lda; plan->ldb = ldb;
         plan->ldd = ldd; plan->epi = (int)epi; plan->has_bias = bias != NULL; plan->beta_nonzero = beta != 0.0f;
-        const int key[MATMUL_ALGO_KEY] = {m, n, k, ta, tb, lda, ldb, ldd, (int)epi, bias != NULL, beta != 0.0f};
-        const MatmulAlgoEntry *fixed = matmul_algos_find(g_matmul_algos, key);
-        cublasLtMatmulHeuristicResult_t h[MATMUL_ALGO_CANDIDATES];
-        int na = lt_call_heuristic(&c, h, fixed || g_matmul_tune ? MATMUL_ALGO_CANDIDATES : 1);
+        cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
+        int na = lt_call_heuristic(&c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1);
         plan->ok = na > 0;
-        if (plan->ok && fixed) {
-            if (fixed->candidate >= na)
-                fatal("%s:%d: candidate %d, but cuBLASLt offers %d for this shape here: tune again with "
-                      "build/bench_matmul --tune %s", g_matmul_algos->path, fixed->line, fixed->candidate, na,
-                      g_matmul_algos->path);
-            plan->algo = h[fixed->candidate].algo;
-        } else if (plan->ok) {
-            plan->algo = na > 1 ? fastest_algo(&c, h, na, D, A, B, beta, s) : h[0].algo;
-        }
+        if (plan->ok) plan->algo = na > 1 ? fastest_algo(&c, h, na, D, A, B, beta, s) : h[0].algo;
     }
     int ok = plan->ok;
     if (ok) {

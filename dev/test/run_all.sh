@@ -47,7 +47,6 @@ run tokenizer-unit ./build/san/test_tokenizer_unit
 run sgemm ./build/test_sgemm
 run sgemm-sanitized ./build/san/test_sgemm
 run energy-reader env LD_LIBRARY_PATH=build/fake_nvml ./build/san/test_energy
-run matmul-algos-file ./build/san/test_matmul_algos
 # multi-process logic, 1 to 3 ranks on this machine's CPUs
 for np in 1 2 3; do
     run "distributed-np$np" mpirun --allow-run-as-root --oversubscribe -np $np ./build/test_distributed

@@ -46,9 +46,6 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
-    expect_error "missing matmul tuning file" "no_such.algos" $SMALL --matmul-algos $W/no_such.algos
-    printf 'gpu NVIDIA H200\ncublaslt 130100\nprecision bf16\n1 2 3\n' > $W/short.algos
-    expect_error "malformed matmul tuning file" "short.algos:4" $SMALL --matmul-algos $W/short.algos
     export WORLD_SIZE=2 RANK=0
     expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
     expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi
