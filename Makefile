@@ -150,7 +150,7 @@ build/test_wgmma: dev/test/test_wgmma.cu kernels/attention.cuh kernels/attention
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
-build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh common/energy.h  ## every cuBLASLt algorithm on the step's matmul shapes (GPU)
+build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh common/energy.h  ## every cuBLASLt algorithm on the step's matmul shapes, then ms and J a step sustained (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
 
