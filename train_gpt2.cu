@@ -1111,9 +1111,13 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, cur));
         energy_open(&meter, bus);
     }
+    // the counter at the end of the previous step: one read a step, right after its host
+    // sync (each read holds up the next step's launch by its latency), and one more after
+    // evaluation, sampling or a checkpoint, whose energy is not the step's
+    double e_last = energy_joules(&meter);
     int staged = 0;  // the next training micro-batch is staged in the host buffer IO_NEXT
     for (int step = start_step; step < max_steps; step++) {
-        double t0 = wall_seconds(), e0 = energy_joules(&meter);
+        double t0 = wall_seconds();
         int last = step + 1 == max_steps;
         int ckpt_due = o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last);
         g_prof.active = profile;
@@ -1140,7 +1144,8 @@ int main(int argc, char **argv) {
         float info[3];
         CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, model.stream));
         CUDA_CHECK(cudaStreamSynchronize(model.stream));  // the step's one host sync
-        double dt = wall_seconds() - t0, joules = energy_joules(&meter) - e0;
+        double dt = wall_seconds() - t0, e_now = energy_joules(&meter), joules = e_now - e_last;
+        e_last = e_now;
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
         float loss = info[2], norm = info[0];
         if (step - start_step >= 10) { sum_dt += dt; sum_joules += joules; timed_steps++; }  // steady state: from the 11th step on
@@ -1161,16 +1166,18 @@ int main(int argc, char **argv) {
         }
         if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
 
-        if (data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
+        int val_due = data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last);
+        int sample_due = rank0 && o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last);
+        if (val_due) {
             float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
         }
-        if (rank0 && o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last))
-            gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+        if (sample_due) gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
         if (ckpt_due) {
             save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
             if (rank0) printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
+        if (val_due || sample_due || ckpt_due) e_last = energy_joules(&meter);
     }
     size_t u = device_used_bytes();
     if (u > peak_used) peak_used = u;
