@@ -1101,7 +1101,7 @@ int main(int argc, char **argv) {
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
-    double sum_dt = 0.0, sum_joules = 0.0;
+    double sum_dt = 0.0;
     int timed_steps = 0;
     EnergyMeter meter;  // this rank's GPU board: joules per timed step, where NVML has the counter
     {
@@ -1111,12 +1111,14 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, cur));
         energy_open(&meter, bus);
     }
-    // the counter at the end of the previous step: one read a step, right after its host
-    // sync (each read holds up the next step's launch by its latency), and one more after
-    // evaluation, sampling or a checkpoint, whose energy is not the step's
-    double e_last = energy_joules(&meter);
+    // the counter is read where the timed steps start and end, and around evaluation,
+    // sampling and checkpoints among them (not the steps' energy), never inside a step: a
+    // read takes ~3 ms on the H200 (NVML; the counter itself moves every ~100 ms)
+    double e_start = 0.0, e_other = 0.0;
     int staged = 0;  // the next training micro-batch is staged in the host buffer IO_NEXT
     for (int step = start_step; step < max_steps; step++) {
+        const int timed = step - start_step >= 10;  // steady state: from the 11th step on
+        if (step - start_step == 10) e_start = energy_joules(&meter);
         double t0 = wall_seconds();
         int last = step + 1 == max_steps;
         int ckpt_due = o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last);
@@ -1144,11 +1146,10 @@ int main(int argc, char **argv) {
         float info[3];
         CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, model.stream));
         CUDA_CHECK(cudaStreamSynchronize(model.stream));  // the step's one host sync
-        double dt = wall_seconds() - t0, e_now = energy_joules(&meter), joules = e_now - e_last;
-        e_last = e_now;
+        double dt = wall_seconds() - t0;
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
         float loss = info[2], norm = info[0];
-        if (step - start_step >= 10) { sum_dt += dt; sum_joules += joules; timed_steps++; }  // steady state: from the 11th step on
+        if (timed) { sum_dt += dt; timed_steps++; }
         logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
                       step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt,
                       100.0 * flops_per_step / dt / peak_flops);
@@ -1168,6 +1169,8 @@ int main(int argc, char **argv) {
 
         int val_due = data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last);
         int sample_due = rank0 && o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last);
+        const int other = val_due || sample_due || ckpt_due;
+        double e_before = timed && other ? energy_joules(&meter) : 0.0;
         if (val_due) {
             float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);
             logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
@@ -1177,8 +1180,9 @@ int main(int argc, char **argv) {
             save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
             if (rank0) printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
-        if (val_due || sample_due || ckpt_due) e_last = energy_joules(&meter);
+        if (timed && other) e_other += energy_joules(&meter) - e_before;
     }
+    double steps_joules = timed_steps > 0 ? energy_joules(&meter) - e_start - e_other : 0.0;
     size_t u = device_used_bytes();
     if (u > peak_used) peak_used = u;
     if (rank0 && timed_steps > 0)
@@ -1188,7 +1192,7 @@ int main(int argc, char **argv) {
     if (rank0 && timed_steps > 0) {
         if (meter.get_energy)
             printf("energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", start_step + 11,
-                   max_steps, pg.world > 1 ? ", rank 0's GPU" : "", sum_joules / timed_steps, sum_joules / sum_dt);
+                   max_steps, pg.world > 1 ? ", rank 0's GPU" : "", steps_joules / timed_steps, steps_joules / sum_dt);
         else
             printf("energy: not measured (%s)\n", meter.why);
     }
