@@ -365,6 +365,32 @@ template <int HS>
 __device__ __forceinline__ void ldsm_Bt(uint32_t *b, const floatX *s, int k0, int n0, int lane) {
     ldsm_x4_t(b, tile_at<HS>(s, k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
 }
+// acc = A X^T for NT row tiles of 16: A's rows a_row0.. and X (N8 * 8 rows) both row-major
+// tiles of width HS in shared memory. The dk/dv kernel's S^T = K Q^T and dP^T = V dO^T.
+template <int HS, int NT, int N8>
+__device__ __forceinline__ void mma_tile_by_tile_t(float (&acc)[NT][N8][4], const floatX *a, int a_row0,
+                                                   const floatX *x, int lane) {
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < N8; i++) acc[t][i][0] = acc[t][i][1] = acc[t][i][2] = acc[t][i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t af[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; t++) ldsm_A<HS>(af[t], a, a_row0 + t * 16, kk * 16, lane);
+#pragma unroll
+        for (int j = 0; j < N8 / 2; j++) {
+            uint32_t bf[4];
+            ldsm_Bnt<HS>(bf, x, j * 16, kk * 16, lane);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                mma16816(acc[t][2 * j], af[t], bf[0], bf[1]);
+                mma16816(acc[t][2 * j + 1], af[t], bf[2], bf[3]);
+            }
+        }
+    }
+}
 // acc += P X for NT row tiles of 16: P (NT x 16 rows, KN columns) is the fp32 result of an
 // earlier product still in this warp's accumulator registers, whose C-fragment layout is the
 // A-fragment layout once two columns are packed per register; X (KN x HS) is a row-major tile
@@ -706,26 +732,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, float *
         const int q0 = m * BM;
         // S^T = K Q^T (16 keys x BM queries per key tile)
         float st[KT][BM / 8][4];
-#pragma unroll
-        for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-            for (int i = 0; i < BM / 8; i++) st[kt][i][0] = st[kt][i][1] = st[kt][i][2] = st[kt][i][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            uint32_t kf[KT][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++) ldsm_A<HS>(kf[kt], sK, wkey + kt * 16, kk * 16, lane);
-#pragma unroll
-            for (int j = 0; j < BM / 16; j++) {
-                uint32_t bf[4];
-                ldsm_Bnt<HS>(bf, cQ, j * 16, kk * 16, lane);
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    mma16816(st[kt][2 * j], kf[kt], bf[0], bf[1]);
-                    mma16816(st[kt][2 * j + 1], kf[kt], bf[2], bf[3]);
-                }
-            }
-        }
+        mma_tile_by_tile_t<HS>(st, sK, wkey, cQ, lane);
         // P^T
         const bool need_mask = k0 + BN - 1 > q0;
 #pragma unroll
@@ -744,26 +751,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, float *
         // dP^T = V dO^T, then dS^T = P^T * (dP^T - D) in place of P^T
         {
             float dpt[KT][BM / 8][4];
-#pragma unroll
-            for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-                for (int i = 0; i < BM / 8; i++) dpt[kt][i][0] = dpt[kt][i][1] = dpt[kt][i][2] = dpt[kt][i][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) {
-                uint32_t vf[KT][4];
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) ldsm_A<HS>(vf[kt], sV, wkey + kt * 16, kk * 16, lane);
-#pragma unroll
-                for (int j = 0; j < BM / 16; j++) {
-                    uint32_t bf[4];
-                    ldsm_Bnt<HS>(bf, cO, j * 16, kk * 16, lane);
-#pragma unroll
-                    for (int kt = 0; kt < KT; kt++) {
-                        mma16816(dpt[kt][2 * j], vf[kt], bf[0], bf[1]);
-                        mma16816(dpt[kt][2 * j + 1], vf[kt], bf[2], bf[3]);
-                    }
-                }
-            }
+            mma_tile_by_tile_t<HS>(dpt, sV, wkey, cO, lane);
 #pragma unroll
             for (int kt = 0; kt < KT; kt++)
 #pragma unroll
