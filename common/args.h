@@ -64,7 +64,8 @@ static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n
             *(int *)s->dest = (int)v;
         } else if (s->type == ARG_FLOAT) {
             double v;
-            if (!parse_double(value, &v)) fatal("option %s expects a number, got '%s'", name, value);
+            if (!parse_double(value, &v) || v > 3.4e38 || v < -3.4e38)
+                fatal("option %s expects a finite number, got '%s'", name, value);
             *(float *)s->dest = (float)v;
         } else {
             *(const char **)s->dest = value;

@@ -18,6 +18,14 @@
 // that the other ranks are stopped instead of waiting forever in a collective.
 static void (*g_fatal_hook)(void) = NULL;
 
+// What the program was doing, when that is not plain from the message (e.g. "sampling
+// after step 40"): an error then reads "error: while sampling after step 40: ...".
+static char g_fatal_context[256] = "";
+
+static inline void fatal_context_set(const char *what) {
+    snprintf(g_fatal_context, sizeof g_fatal_context, "%s", what ? what : "");
+}
+
 // Every error exit goes through here.
 __attribute__((noreturn))
 static inline void fatal_exit(void) {
@@ -35,6 +43,7 @@ static inline void fatal(const char *fmt, ...) {
     va_start(ap, fmt);
     fflush(stdout);
     fprintf(stderr, "error: ");
+    if (g_fatal_context[0]) fprintf(stderr, "while %s: ", g_fatal_context);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -67,6 +76,9 @@ static inline char *xstrdup(const char *s) {
 }
 
 static inline FILE *xfopen(const char *path, const char *mode) {
+    // fopen opens a directory for reading, and its "size" is then 2^63 - 1 bytes
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) fatal("%s is a directory, not a file", path);
     FILE *f = fopen(path, mode);
     if (!f) fatal("cannot open %s (mode %s): %s", path, mode, strerror(errno));
     return f;
@@ -161,12 +173,13 @@ static inline int parse_long(const char *s, long *out) {
     return 1;
 }
 
+// Finite numbers only: "nan" and "inf" poison a run (a NaN passes every range check).
 static inline int parse_double(const char *s, double *out) {
     if (!s || !*s) return 0;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end) return 0;
+    if (errno || *end || !(v - v == 0.0)) return 0;
     *out = v;
     return 1;
 }
