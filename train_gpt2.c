@@ -565,12 +565,12 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
 // ----------------------------------------------------------------------------
 // Checkpoints (file names and layout: common/train_common.h, common/checkpoint.h)
 
-static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng) {
+// st carries what the run adds to the state (log length, skipped updates, settings).
+static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng, TrainState st) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
-    gpt2_checkpoint_write(mp, &model->config, model->params, 0);
-    TrainState s;
-    memset(&s, 0, sizeof s);
+    TrainState s = st;
+    s.model_crc = gpt2_checkpoint_write(mp, &model->config, model->params, 0);
     s.step = step;
     s.world_size = 1;
     s.rng = rng;
@@ -585,7 +585,7 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     train_state_write(sp, &s);
 }
 
-static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t *rng) {
+static TrainState load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     GPT2Config cfg;
@@ -605,7 +605,7 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     DataLoaderPos pos;
     memcpy(&pos, s.loader_pos, sizeof pos);
     dataloader_set_pos(loader, pos);
-    *rng = s.rng;
+    return s;
 }
 
 // ----------------------------------------------------------------------------
@@ -655,21 +655,33 @@ int main(int argc, char **argv) {
            B, T, accum, o.total_batch, max_steps, num_threads(), o.lr, o.sched_name);
 
     uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);
-    int start_step = 0;
-    if (o.resume) {
-        int step = latest_checkpoint_step(o.out_dir);
-        if (step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", o.out_dir);
-        load_checkpoint(&model, &data.train, o.out_dir, step, &rng);
-        start_step = step;
-        printf("resumed from %s at step %d\n", o.out_dir, step);
+    TrainState run;  // what the checkpoints carry besides the weights and moments
+    memset(&run, 0, sizeof run);
+    run_settings_pack(&o, max_steps, 1, run.settings);
+    int start_step = o.resume ? resume_pick_step(o.out_dir, 0, 0, NULL, NULL) : -1;
+    if (start_step >= 0) {
+        TrainState s = load_checkpoint(&model, &data.train, o.out_dir, start_step);
+        rng = s.rng;
+        run.skipped_in_a_row = s.skipped_in_a_row;
+        if (s.has_ext) run_settings_report(s.settings, run.settings);
+        logger_truncate(o.out_dir, s.log_bytes);
+        printf("resumed from %s at step %d\n", o.out_dir, start_step);
+        if (start_step >= max_steps)
+            printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
     }
     Logger lg;
-    logger_init(&lg, o.out_dir, o.resume, 0);
+    logger_init(&lg, o.out_dir, start_step >= 0, 0);
+    if (start_step < 0) start_step = 0;
+    const int can_sample = sampling_possible(&cfg, 0);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
+    // evaluation's own batch arrays (with --overfit, inputs and targets hold the one batch)
+    int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
+    int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
+    char doing[64];
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
         // forward and backward over the micro-steps, gradients accumulating
@@ -689,21 +701,44 @@ int main(int argc, char **argv) {
         double dt = wall_seconds() - t0;
         logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %.1f GFLOP/s\n",
                       step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt, flops_per_step / dt / 1e9);
-        if (!isfinite(loss) || !isfinite(norm))
+        int skipped = !isfinite(loss) || !isfinite(norm);
+        if (skipped)
             logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
+        skipped_updates_check(&run.skipped_in_a_row, skipped, o.max_skipped, step + 1);
 
-        int last = step + 1 == max_steps;
-        if (data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last)) {
-            float vl = evaluate(&model, &data.val, o.val_batches, inputs, targets);
-            logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
+        // evaluation, then a sample, then the checkpoint (which records the log so far); at
+        // the end the sample comes after the checkpoint, so a failing sample loses nothing
+        int step1 = step + 1, last = step1 == max_steps;
+        if (val_due(&o, data.have_val, step1, last)) {
+            snprintf(doing, sizeof doing, "evaluating after step %d", step1);
+            fatal_context_set(doing);
+            float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);
+            logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step1);
         }
-        if ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last)
+        if (!last && sample_due(&o, can_sample, step1, last)) {
+            snprintf(doing, sizeof doing, "sampling after step %d", step1);
+            fatal_context_set(doing);
             gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
-        if (o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last)) {
-            save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
-            printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
         }
+        if (checkpoint_due(&o, step1, last)) {
+            snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
+            fatal_context_set(doing);
+            run.log_bytes = logger_bytes(&lg);
+            save_checkpoint(&model, &data.train, o.out_dir, step1, rng, run);
+            printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step1);
+        }
+        fatal_context_set(NULL);
     }
+    // the end-of-run sample (also when resuming a finished run: the log was cut back to
+    // its checkpoint, before this sample)
+    if (sample_due(&o, can_sample, max_steps, 1)) {
+        snprintf(doing, sizeof doing, "sampling after the last step (%d)", max_steps);
+        fatal_context_set(doing);
+        gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+        fatal_context_set(NULL);
+    }
+    free(val_inputs);
+    free(val_targets);
     free(inputs);
     free(targets);
     logger_close(&lg);

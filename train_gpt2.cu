@@ -787,14 +787,6 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
 // (AdamW moments, fp32 master weights, step, RNG, data loader position). The state is
 // written last, so a step whose state file exists has a complete checkpoint.
 
-// The state file of a shard: rank 0's is state_<step>.bin (the one -y 1 looks for), the
-// other ranks' under ZeRO state_<step>.rank<r>.bin beside it. Without ZeRO every rank's
-// state is the same, so only rank 0 writes it and every rank reads that one.
-static void state_path_for_rank(const char *dir, int step, int rank, char *path, size_t cap) {
-    if (rank == 0) snprintf(path, cap, "%s/state_%08d.bin", dir, step);
-    else snprintf(path, cap, "%s/state_%08d.rank%d.bin", dir, step, rank);
-}
-
 // Every rank has reached this point (collective; nothing to do for one rank).
 static void gpt2_barrier(GPT2 *model) {
     if (!gpt2_distributed(model)) return;
@@ -802,7 +794,8 @@ static void gpt2_barrier(GPT2 *model) {
     CUDA_CHECK(cudaStreamSynchronize(model->comm->stream));
 }
 
-static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng) {
+// st carries what the run adds to the state (log length, skipped updates, settings).
+static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng, TrainState st) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     int shard_rank = gpt2_shard_rank(model);
@@ -814,12 +807,12 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     size_t n = model->num_params, ns = model->zl.shard_elems;
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
     float *host = (float *)xmalloc((n > ns ? n : ns) * sizeof(float));
+    TrainState s = st;
+    s.model_crc = 0;  // known to rank 0, which writes the model
     if (model->rank == 0) {  // every rank holds the same parameters
         download_floatX(host, model->params, n);
-        gpt2_checkpoint_write(mp, &model->config, host, PRECISION == PRECISION_BF16);
+        s.model_crc = gpt2_checkpoint_write(mp, &model->config, host, PRECISION == PRECISION_BF16);
     }
-    TrainState s;
-    memset(&s, 0, sizeof s);
     s.step = step;
     s.world_size = model->world;
     s.rank = shard_rank;
@@ -848,7 +841,7 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     free(host);
 }
 
-static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t *rng) {
+static TrainState load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     state_path_for_rank(dir, step, gpt2_shard_rank(model), sp, sizeof sp);
@@ -874,7 +867,6 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     DataLoaderPos pos;
     memcpy(&pos, s.loader_pos, sizeof pos);
     dataloader_set_pos(loader, pos);
-    *rng = s.rng;
     if (PRECISION == PRECISION_FP16) {
         if (!(s.loss_scale > 0.0f) || !isfinite(s.loss_scale)) fatal("%s: bad loss scale %g", sp, s.loss_scale);
         model->loss_scale = s.loss_scale;
@@ -883,6 +875,8 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     free(s.m);
     free(s.v);
     free(params);
+    s.m = s.v = s.master = NULL;
+    return s;
 }
 
 // ----------------------------------------------------------------------------
@@ -916,6 +910,35 @@ static void stage_train_batch(GPT2 *model, DataLoader *train, int *inputs, int *
     if (train) dataloader_next(train, inputs, targets);
     gpt2_stage_next(model, inputs, targets, model->B, model->T);
 }
+
+// After a step: evaluation, then a sample, then the checkpoint (which records the log so
+// far); at the end of the run the sample comes after the checkpoint, so a failing sample
+// loses nothing. An error says which of these it came from.
+static void after_step(GPT2 *model, const TrainOptions *o, TrainData *data, Logger *lg, TrainState *run,
+                       int *val_inputs, int *val_targets, int can_sample, int step1, int last, uint64_t *rng) {
+    char doing[64];
+    if (val_due(o, data->have_val, step1, last)) {
+        snprintf(doing, sizeof doing, "evaluating after step %d", step1);
+        fatal_context_set(doing);
+        float vl = evaluate(model, &data->val, o->val_batches, val_inputs, val_targets);
+        logger_printf(lg, "val loss %.6f (step %d)\n", vl, step1);
+    }
+    if (!last && sample_due(o, can_sample, step1, last)) {
+        snprintf(doing, sizeof doing, "sampling after step %d", step1);
+        fatal_context_set(doing);
+        gpt2_sample(model, &data->tok, o->prompt, o->gen_tokens, o->temperature, rng, lg);
+    }
+    if (checkpoint_due(o, step1, last)) {
+        snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
+        fatal_context_set(doing);
+        run->log_bytes = logger_bytes(lg);
+        save_checkpoint(model, &data->train, o->out_dir, step1, *rng, *run);
+        if (model->rank == 0) printf("checkpoint written: %s/model_%08d.bin\n", o->out_dir, step1);
+    }
+    fatal_context_set(NULL);
+}
+
+static long pg_sum_cb(const void *ctx, long v) { return pg_sum_long((const ProcessGroup *)ctx, v); }
 
 static size_t device_used_bytes(void) {
     size_t free_b, total_b;
@@ -1019,18 +1042,10 @@ int main(int argc, char **argv) {
     train_data_open(&data, &o, cfg.vocab_size, pg.rank, pg.world);
     const int accum = data.accum, max_steps = data.max_steps;
     AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
-    int resume_step = -1;
-    if (o.resume) {
-        resume_step = latest_checkpoint_step(o.out_dir);
-        if (resume_step < 0) fatal("-y 1: no checkpoint (state_*.bin) found in %s", o.out_dir);
-        char mp[4096], sp[4096], rp[4096];
-        checkpoint_paths(o.out_dir, resume_step, mp, sp, sizeof mp);
-        if (!file_exists(mp)) fatal("-y 1: %s has %s but not %s", o.out_dir, sp, mp);
-        state_path_for_rank(o.out_dir, resume_step, gpt2_shard_rank(&model), rp, sizeof rp);
-        if (!file_exists(rp))
-            fatal("-y 1: %s has no %s for rank %d: resume with the number of ranks and the -z that wrote it", o.out_dir,
-                  rp, pg.rank);
-    }
+    // -y 1: the newest checkpoint intact on every rank (the ranks agree through MPI; ranks
+    // from the environment have no host collective, and each checks its own files)
+    const int resume_step = o.resume ? resume_pick_step(o.out_dir, gpt2_shard_rank(&model), !rank0,
+                                                        pg.world > 1 && pg.using_mpi ? pg_sum_cb : NULL, &pg) : -1;
 
     // GPU from here on: rank r takes GPU local_rank (NCCL: one each; MPI backend: shared)
     int dev_count = 0;
@@ -1079,15 +1094,26 @@ int main(int argc, char **argv) {
     }
 
     uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);
+    TrainState run;  // what the checkpoints carry besides the weights and moments
+    memset(&run, 0, sizeof run);
+    run_settings_pack(&o, max_steps, pg.world, run.settings);
     int start_step = 0;
-    if (o.resume) {
-        int step = resume_step;
-        load_checkpoint(&model, &data.train, o.out_dir, step, &rng);
-        start_step = step;
-        if (rank0) printf("resumed from %s at step %d\n", o.out_dir, step);
+    if (resume_step >= 0) {
+        TrainState s = load_checkpoint(&model, &data.train, o.out_dir, resume_step);
+        rng = s.rng;
+        run.skipped_in_a_row = s.skipped_in_a_row;
+        start_step = resume_step;
+        if (rank0) {
+            if (s.has_ext) run_settings_report(s.settings, run.settings);
+            logger_truncate(o.out_dir, s.log_bytes);
+            printf("resumed from %s at step %d\n", o.out_dir, start_step);
+            if (start_step >= max_steps)
+                printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
+        }
     }
     Logger lg;
-    logger_init(&lg, o.out_dir, o.resume, !rank0);
+    logger_init(&lg, o.out_dir, resume_step >= 0, !rank0);
+    const int can_sample = rank0 && sampling_possible(&cfg, !rank0);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -1121,7 +1147,7 @@ int main(int argc, char **argv) {
         if (step - start_step == 10) e_start = energy_joules(&meter);
         double t0 = wall_seconds();
         int last = step + 1 == max_steps;
-        int ckpt_due = o.out_dir && ((o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0) || last);
+        int ckpt_due = checkpoint_due(&o, step + 1, last);
         g_prof.active = profile;
         // forward and backward over the micro-steps, gradients accumulating; the backward
         // of the last one also sums them across the ranks (every micro-step under ZeRO-2)
@@ -1167,22 +1193,23 @@ int main(int argc, char **argv) {
         }
         if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
 
-        int val_due = data.have_val && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last);
-        int sample_due = rank0 && o.gen_tokens > 0 && ((o.sample_every > 0 && (step + 1) % o.sample_every == 0) || last);
-        const int other = val_due || sample_due || ckpt_due;
+        int step1 = step + 1;
+        skipped_updates_check(&run.skipped_in_a_row, !isfinite(loss) || !isfinite(norm), o.max_skipped, step1);
+        const int other = val_due(&o, data.have_val, step1, last) || sample_due(&o, can_sample, step1, last) || ckpt_due;
         double e_before = timed && other ? energy_joules(&meter) : 0.0;
-        if (val_due) {
-            float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);
-            logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step + 1);
-        }
-        if (sample_due) gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
-        if (ckpt_due) {
-            save_checkpoint(&model, &data.train, o.out_dir, step + 1, rng);
-            if (rank0) printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step + 1);
-        }
+        after_step(&model, &o, &data, &lg, &run, val_inputs, val_targets, can_sample, step1, last, &rng);
         if (timed && other) e_other += energy_joules(&meter) - e_before;
     }
     double steps_joules = timed_steps > 0 ? energy_joules(&meter) - e_start - e_other : 0.0;
+    // the end-of-run sample (also when resuming a finished run: the log was cut back to
+    // its checkpoint, before this sample)
+    if (sample_due(&o, can_sample, max_steps, 1)) {
+        char doing[64];
+        snprintf(doing, sizeof doing, "sampling after the last step (%d)", max_steps);
+        fatal_context_set(doing);
+        gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
+        fatal_context_set(NULL);
+    }
     size_t u = device_used_bytes();
     if (u > peak_used) peak_used = u;
     if (rank0 && timed_steps > 0)

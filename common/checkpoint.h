@@ -6,6 +6,7 @@
 #ifndef COMMON_CHECKPOINT_H
 #define COMMON_CHECKPOINT_H
 #include "util.h"
+#include "crc32c.h"
 #include <math.h>
 
 #define CKPT_MAGIC 20240326
@@ -16,6 +17,14 @@
 #define STATE_VERSION 1
 #define HEADER_INTS 256
 #define NUM_PARAM_TENSORS 16
+
+// The checksum of our model and training-state files lives in two header slots that
+// llm.c's formats leave zero, so llm.c reads our files and we read its files (which have
+// no checksum: their sizes and values are still checked). With the tag present, the CRC
+// is CRC-32C of the whole file computed with the CRC slot set to zero.
+#define CKSUM_TAG_SLOT 250
+#define CKSUM_SLOT 251
+#define CKSUM_TAG 0x43524332  // "2CRC"
 
 typedef struct {
     int max_seq_len;        // maxT
@@ -101,24 +110,33 @@ static inline const char *gpt2_config_problem(const GPT2Config *c) {
 
 static inline int round_up_128(int v) { return (v + 127) / 128 * 128; }
 
+// One "<letter><digits>" part of a descriptor: at most 9 digits, so no overflow.
+static inline int desc_number(const char **p, char letter, int *out) {
+    const char *q = *p;
+    if (*q++ != letter) return 0;
+    int v = 0, digits = 0;
+    for (; *q >= '0' && *q <= '9' && digits < 9; q++, digits++) v = v * 10 + (*q - '0');
+    if (!digits || (*q >= '0' && *q <= '9')) return 0;
+    *out = v;
+    *p = q;
+    return 1;
+}
+
 // Model descriptors for training from random init:
 //   d12, d24, d36, d48          GPT-2 124M, 350M, 774M, 1558M shapes (maxT 1024)
 //   l<L>h<H>c<C>[t<maxT>]       any shape, e.g. l4h4c256t256
 // Returns 1 and fills c if desc is a descriptor, 0 if it is not one (e.g. a file path).
 static inline int gpt2_config_from_descriptor(const char *desc, GPT2Config *c) {
-    int L = 0, H = 0, C = 0, maxT = 1024, used = 0;
+    int L = 0, H = 0, C = 0, maxT = 1024;
     if (!strcmp(desc, "d12")) { L = 12; H = 12; C = 768; }
     else if (!strcmp(desc, "d24")) { L = 24; H = 16; C = 1024; }
     else if (!strcmp(desc, "d36")) { L = 36; H = 20; C = 1280; }
     else if (!strcmp(desc, "d48")) { L = 48; H = 25; C = 1600; }
     else {
+        // letters and plain digits only: sscanf's %d would take "l 2h 2c 64" or "l+2h2c64"
         const char *p = desc;
-        if (sscanf(p, "l%dh%dc%d%n", &L, &H, &C, &used) != 3) return 0;
-        p += used;
-        if (*p == 't') {
-            if (sscanf(p, "t%d%n", &maxT, &used) != 1) return 0;
-            p += used;
-        }
+        if (!desc_number(&p, 'l', &L) || !desc_number(&p, 'h', &H) || !desc_number(&p, 'c', &C)) return 0;
+        if (*p == 't' && !desc_number(&p, 't', &maxT)) return 0;
         if (*p) return 0;
     }
     c->num_layers = L;
@@ -160,7 +178,44 @@ static inline void header_to_config(const int *h, GPT2Config *c) {
     c->padded_vocab_size = h[7];
 }
 
+// The CRC-32C of a file of our formats from its header and body (the CRC slot as zero).
+static inline uint32_t header_body_crc(const int *h, const void *body, size_t body_bytes) {
+    int hz[HEADER_INTS];
+    memcpy(hz, h, sizeof hz);
+    hz[CKSUM_SLOT] = 0;
+    return crc32c_update(crc32c_update(0, hz, sizeof hz), body, body_bytes);
+}
+
+// A header's checksum against the body read with it: NULL if it matches or the file has
+// none (llm.c's files), else a description of the mismatch.
+static inline const char *checksum_problem(const int *h, const void *body, size_t body_bytes) {
+    if (h[CKSUM_TAG_SLOT] != CKSUM_TAG) return NULL;
+    return header_body_crc(h, body, body_bytes) == (uint32_t)h[CKSUM_SLOT] ? NULL :
+           "checksum mismatch: the file is corrupt (its bytes changed after it was written)";
+}
+
+// The first non-finite value of x, or -1.
+static inline int64_t first_non_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (int64_t)i;
+    return -1;
+}
+
+// Stops naming the file and tensor if a loaded parameter is NaN or infinite: training
+// from such weights only produces skipped steps.
+static inline void check_params_finite(const char *path, const GPT2Config *cfg, const float *params) {
+    size_t sizes[NUM_PARAM_TENSORS], off = 0;
+    gpt2_param_sizes(cfg, sizes);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        int64_t i = first_non_finite(params + off, sizes[k]);
+        if (i >= 0) fatal("%s: parameter %s holds a non-finite value (%g) at element %lld: the file is corrupt", path,
+                          GPT2_PARAM_NAMES[k], params[off + i], (long long)i);
+        off += sizes[k];
+    }
+}
+
 // Reads a checkpoint (fp32 or bf16); returns the parameters as a malloc'd fp32 array.
+// The checksum (when the file has one) and the values' finiteness are checked.
 static inline float *gpt2_checkpoint_read(const char *path, GPT2Config *cfg) {
     FILE *f = xfopen(path, "rb");
     int64_t fsize = xfile_size(f, path);
@@ -186,14 +241,54 @@ static inline float *gpt2_checkpoint_read(const char *path, GPT2Config *cfg) {
     float *params = (float *)xmalloc(n * sizeof(float));
     if (elem == 4) {
         xfread(params, sizeof(float), n, f, path);
+        problem = checksum_problem(h, params, n * sizeof(float));
     } else {
         uint16_t *tmp = (uint16_t *)xmalloc(n * sizeof(uint16_t));
         xfread(tmp, sizeof(uint16_t), n, f, path);
+        problem = checksum_problem(h, tmp, n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) params[i] = bf16_to_float(tmp[i]);
         free(tmp);
     }
     fclose(f);
+    if (problem) fatal("%s: %s", path, problem);
+    check_params_finite(path, cfg, params);
     return params;
+}
+
+// The checksum a file of ours holds in its header (0 for a file without one).
+static inline uint32_t header_checksum(const int *h) {
+    return h[CKSUM_TAG_SLOT] == CKSUM_TAG ? (uint32_t)h[CKSUM_SLOT] : 0u;
+}
+
+// Streams header and body into an atomic file, tagging the header and computing the
+// checksum on the way; the header is rewritten with it before the file is committed.
+typedef struct {
+    AtomicFile a;
+    int h[HEADER_INTS];
+    uint32_t crc;
+} ChecksummedWriter;
+
+static inline void cw_open(ChecksummedWriter *w, const char *path, const int *header) {
+    memcpy(w->h, header, sizeof w->h);
+    w->h[CKSUM_TAG_SLOT] = CKSUM_TAG;
+    w->h[CKSUM_SLOT] = 0;
+    w->a = atomic_open(path);
+    xfwrite(w->h, sizeof(int), HEADER_INTS, w->a.f, w->a.tmp_path);
+    w->crc = crc32c_update(0, w->h, sizeof w->h);
+}
+
+static inline void cw_write(ChecksummedWriter *w, const void *data, size_t size, size_t count) {
+    xfwrite(data, size, count, w->a.f, w->a.tmp_path);
+    w->crc = crc32c_update(w->crc, data, size * count);
+}
+
+// Returns the checksum written.
+static inline uint32_t cw_commit(ChecksummedWriter *w) {
+    w->h[CKSUM_SLOT] = (int)w->crc;
+    if (fseeko(w->a.f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", w->a.tmp_path, strerror(errno));
+    xfwrite(w->h, sizeof(int), HEADER_INTS, w->a.f, w->a.tmp_path);
+    atomic_commit(&w->a);
+    return w->crc;
 }
 
 static inline void config_to_header(const GPT2Config *c, int version, int *h) {
@@ -208,26 +303,27 @@ static inline void config_to_header(const GPT2Config *c, int version, int *h) {
     h[7] = c->padded_vocab_size;
 }
 
-// Writes fp32 params (n = gpt2_num_params) as version 3, or as bf16 version 5.
-static inline void gpt2_checkpoint_write(const char *path, const GPT2Config *cfg, const float *params, int as_bf16) {
+// Writes fp32 params (n = gpt2_num_params) as version 3, or as bf16 version 5; returns
+// the file's checksum (a training state records it, to tie itself to this model file).
+static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config *cfg, const float *params, int as_bf16) {
     int h[HEADER_INTS];
     config_to_header(cfg, as_bf16 ? CKPT_VERSION_BF16 : CKPT_VERSION_FP32, h);
     size_t n = gpt2_num_params(cfg);
-    AtomicFile a = atomic_open(path);
-    xfwrite(h, sizeof(int), HEADER_INTS, a.f, a.tmp_path);
+    ChecksummedWriter w;
+    cw_open(&w, path, h);
     if (!as_bf16) {
-        xfwrite(params, sizeof(float), n, a.f, a.tmp_path);
+        cw_write(&w, params, sizeof(float), n);
     } else {
         const size_t chunk = 1 << 20;
         uint16_t *tmp = (uint16_t *)xmalloc(chunk * sizeof(uint16_t));
         for (size_t i = 0; i < n; i += chunk) {
             size_t m = n - i < chunk ? n - i : chunk;
             for (size_t j = 0; j < m; j++) tmp[j] = float_to_bf16(params[i + j]);
-            xfwrite(tmp, sizeof(uint16_t), m, a.f, a.tmp_path);
+            cw_write(&w, tmp, sizeof(uint16_t), m);
         }
         free(tmp);
     }
-    atomic_commit(&a);
+    return cw_commit(&w);
 }
 
 // ---------------------------------------------------------------------------
@@ -304,15 +400,19 @@ static inline void debug_state_free(DebugState *d) {
 }
 
 // ---------------------------------------------------------------------------
-// Training state, for resuming bit-exactly (our own format; README "File formats").
+// Training state, for resuming bit-exactly (our own format; docs/formats.md).
 // header 256 int32: [0]=STATE_MAGIC [1]=STATE_VERSION [2]=step (steps completed)
 //   [3]=has_master [4]=world_size [5]=rank [6]=loader_pos_bytes [7]=loss_scale_good_steps
 //   [8..9]=num_params (int64) [10..11]=rng state (uint64) [12]=loss_scale (float bits)
+//   [13]=consecutive skipped updates [14..15]=bytes of main.log at this step (int64)
+//   [16]=the model file's checksum [17..31]=the run's settings (common/train_common.h)
 //   [32..63]=data loader position (raw bytes of the loader's POD position struct)
+//   [250..251]=checksum tag and CRC-32C (files without the tag: [13..31] unrecorded)
 // then m[n], v[n] (fp32 AdamW moments) and, if has_master, master[n] (fp32 weights).
 // n is this rank's number of optimizer elements (a shard under ZeRO).
 
 #define STATE_LOADER_POS_MAX 128
+#define STATE_SETTINGS 15
 
 typedef struct {
     int step, world_size, rank;
@@ -323,6 +423,11 @@ typedef struct {
     int loader_pos_bytes;
     size_t n;
     float *m, *v, *master;  // master may be NULL
+    // recorded by this version's writer; has_ext = 0 when read from an older file
+    int has_ext, skipped_in_a_row;
+    int64_t log_bytes;    // main.log's length when the checkpoint was written
+    uint32_t model_crc;   // checksum of model_<step>.bin, which this state belongs to
+    int32_t settings[STATE_SETTINGS];
 } TrainState;
 
 static inline void train_state_write(const char *path, const TrainState *s) {
@@ -341,25 +446,52 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     memcpy(&h[8], &n, 8);
     memcpy(&h[10], &s->rng, 8);
     memcpy(&h[12], &s->loss_scale, 4);
+    h[13] = s->skipped_in_a_row;
+    memcpy(&h[14], &s->log_bytes, 8);
+    h[16] = (int)s->model_crc;
+    memcpy(&h[17], s->settings, sizeof s->settings);
     memcpy(&h[32], s->loader_pos, (size_t)s->loader_pos_bytes);
-    AtomicFile a = atomic_open(path);
-    xfwrite(h, sizeof(int), HEADER_INTS, a.f, a.tmp_path);
-    xfwrite(s->m, sizeof(float), s->n, a.f, a.tmp_path);
-    xfwrite(s->v, sizeof(float), s->n, a.f, a.tmp_path);
-    if (s->master) xfwrite(s->master, sizeof(float), s->n, a.f, a.tmp_path);
-    atomic_commit(&a);
+    ChecksummedWriter w;
+    cw_open(&w, path, h);
+    cw_write(&w, s->m, sizeof(float), s->n);
+    cw_write(&w, s->v, sizeof(float), s->n);
+    if (s->master) cw_write(&w, s->master, sizeof(float), s->n);
+    cw_commit(&w);
+}
+
+// Reads a state file's header and checks what it says on its own: magic, version, the
+// step against the one its name gives (expect_step; -1: not checked) and the file's
+// length. Returns NULL, or a description of the problem (in why).
+static inline const char *train_state_header_problem(const char *path, int expect_step, int *h, char *why, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
+    struct stat st;
+    size_t got = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? fread(h, sizeof(int), HEADER_INTS, f) : 0;
+    fclose(f);
+    int64_t n;
+    memcpy(&n, &h[8], 8);
+    if (got != HEADER_INTS) snprintf(why, cap, "not a regular file of at least the 1024-byte header");
+    else if (h[0] != STATE_MAGIC) snprintf(why, cap, "not a training state: magic %d, expected %d", h[0], STATE_MAGIC);
+    else if (h[1] != STATE_VERSION) snprintf(why, cap, "training state version %d is not supported (expected %d)",
+                                             h[1], STATE_VERSION);
+    else if (h[2] < 0 || (expect_step >= 0 && h[2] != expect_step))
+        snprintf(why, cap, "its header says step %d, its name step %d (a renamed file?)", h[2], expect_step);
+    else if (n < 0 || n > ((int64_t)1 << 40) || h[6] < 0 || h[6] > STATE_LOADER_POS_MAX)
+        snprintf(why, cap, "header holds impossible sizes");
+    else if ((int64_t)st.st_size != HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2))
+        snprintf(why, cap, "%lld bytes, its header implies %lld%s", (long long)st.st_size,
+                 (long long)(HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2)),
+                 (int64_t)st.st_size < HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2) ? " (truncated)" : "");
+    else return NULL;
+    return why;
 }
 
 // Reads into s, whose n, m, v (and master, if the run keeps one) are already allocated by
 // the caller; every mismatch with the current run is an error naming the file.
 static inline void train_state_read(const char *path, TrainState *s) {
-    FILE *f = xfopen(path, "rb");
-    int64_t fsize = xfile_size(f, path);
-    if (fsize < HEADER_INTS * 4) fatal("%s is too short to be a training state", path);
     int h[HEADER_INTS];
-    xfread(h, sizeof(int), HEADER_INTS, f, path);
-    if (h[0] != STATE_MAGIC) fatal("%s is not a training state: magic %d, expected %d", path, h[0], STATE_MAGIC);
-    if (h[1] != STATE_VERSION) fatal("%s: training state version %d is not supported (expected %d)", path, h[1], STATE_VERSION);
+    char why[256];
+    if (train_state_header_problem(path, -1, h, why, sizeof why)) fatal("%s: %s", path, why);
     int64_t n;
     memcpy(&n, &h[8], 8);
     if (n != (int64_t)s->n) fatal("%s holds %lld optimizer elements, this run has %zu: different model or rank count", path, (long long)n, s->n);
@@ -367,18 +499,97 @@ static inline void train_state_read(const char *path, TrainState *s) {
         fatal("%s was written by rank %d of %d; this process is rank %d of %d: resume with the same number of ranks", path, h[5], h[4], s->rank, s->world_size);
     if ((h[3] != 0) != (s->master != NULL)) fatal("%s: master weights %s in the file but %s by this run", path, h[3] ? "present" : "absent", s->master ? "needed" : "not used");
     if (h[6] != s->loader_pos_bytes) fatal("%s: data loader position has %d bytes, expected %d", path, h[6], s->loader_pos_bytes);
-    if (h[2] < 0) fatal("%s: negative step %d", path, h[2]);
-    int64_t expect = HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2);
-    if (fsize != expect) fatal("%s is %lld bytes, expected %lld%s", path, (long long)fsize, (long long)expect, fsize < expect ? " (truncated)" : "");
+    FILE *f = xfopen(path, "rb");
+    if (fseeko(f, HEADER_INTS * 4, SEEK_SET) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
+    xfread(s->m, sizeof(float), s->n, f, path);
+    xfread(s->v, sizeof(float), s->n, f, path);
+    if (s->master) xfread(s->master, sizeof(float), s->n, f, path);
+    fclose(f);
+    if (h[CKSUM_TAG_SLOT] == CKSUM_TAG) {
+        int hz[HEADER_INTS];
+        memcpy(hz, h, sizeof hz);
+        hz[CKSUM_SLOT] = 0;
+        uint32_t crc = crc32c_update(0, hz, sizeof hz);
+        crc = crc32c_update(crc, s->m, s->n * sizeof(float));
+        crc = crc32c_update(crc, s->v, s->n * sizeof(float));
+        if (s->master) crc = crc32c_update(crc, s->master, s->n * sizeof(float));
+        if (crc != (uint32_t)h[CKSUM_SLOT]) fatal("%s: checksum mismatch: the file is corrupt", path);
+    }
+    int64_t bad = first_non_finite(s->m, s->n);
+    if (bad < 0) bad = first_non_finite(s->v, s->n);
+    if (bad < 0 && s->master) bad = first_non_finite(s->master, s->n);
+    if (bad >= 0) fatal("%s: the optimizer state holds a non-finite value (element %lld): the file is corrupt", path,
+                        (long long)bad);
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i] < 0.0f) fatal("%s: AdamW's second moment is negative at element %zu: the file is corrupt", path, i);
     s->step = h[2];
     s->loss_scale_good_steps = h[7];
     memcpy(&s->rng, &h[10], 8);
     memcpy(&s->loss_scale, &h[12], 4);
     memcpy(s->loader_pos, &h[32], (size_t)h[6]);
-    xfread(s->m, sizeof(float), s->n, f, path);
-    xfread(s->v, sizeof(float), s->n, f, path);
-    if (s->master) xfread(s->master, sizeof(float), s->n, f, path);
+    s->has_ext = h[CKSUM_TAG_SLOT] == CKSUM_TAG;
+    s->skipped_in_a_row = s->has_ext ? h[13] : 0;
+    memcpy(&s->log_bytes, &h[14], 8);
+    if (!s->has_ext) s->log_bytes = -1;
+    s->model_crc = (uint32_t)h[16];
+    memcpy(s->settings, &h[17], sizeof s->settings);
+}
+
+// Streams a file of ours and checks its checksum without stopping: NULL if it matches or
+// the file has none, else why (for choosing which checkpoint to resume from).
+static inline const char *file_checksum_problem(const char *path, char *why, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
+    int h[HEADER_INTS];
+    if (fread(h, sizeof(int), HEADER_INTS, f) != HEADER_INTS) {
+        fclose(f);
+        snprintf(why, cap, "shorter than its header");
+        return why;
+    }
+    if (h[CKSUM_TAG_SLOT] != CKSUM_TAG) { fclose(f); return NULL; }
+    int hz[HEADER_INTS];
+    memcpy(hz, h, sizeof hz);
+    hz[CKSUM_SLOT] = 0;
+    uint32_t crc = crc32c_update(0, hz, sizeof hz);
+    const size_t chunk = 1 << 22;
+    uint8_t *buf = (uint8_t *)xmalloc(chunk);
+    size_t got;
+    while ((got = fread(buf, 1, chunk, f)) > 0) crc = crc32c_update(crc, buf, got);
+    int err = ferror(f);
     fclose(f);
+    free(buf);
+    if (err) { snprintf(why, cap, "read error"); return why; }
+    if (crc != (uint32_t)h[CKSUM_SLOT]) {
+        snprintf(why, cap, "checksum mismatch: the file is corrupt");
+        return why;
+    }
+    return NULL;
+}
+
+// Checks a model checkpoint without stopping: its header, length and checksum. Returns
+// NULL or why; *crc gets its checksum (0 for a file without one).
+static inline const char *model_file_problem(const char *path, uint32_t *crc, char *why, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
+    int h[HEADER_INTS];
+    struct stat st;
+    size_t got = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? fread(h, sizeof(int), HEADER_INTS, f) : 0;
+    fclose(f);
+    GPT2Config c;
+    if (got != HEADER_INTS) { snprintf(why, cap, "not a regular file of at least the 1024-byte header"); return why; }
+    header_to_config(h, &c);
+    if (h[0] != CKPT_MAGIC || (h[1] != CKPT_VERSION_FP32 && h[1] != CKPT_VERSION_BF16) || gpt2_config_problem(&c)) {
+        snprintf(why, cap, "not a model checkpoint (bad magic, version or shape)");
+        return why;
+    }
+    int64_t expect = HEADER_INTS * 4 + (int64_t)gpt2_num_params(&c) * (h[1] == CKPT_VERSION_FP32 ? 4 : 2);
+    if ((int64_t)st.st_size != expect) {
+        snprintf(why, cap, "%lld bytes, its header implies %lld%s", (long long)st.st_size, (long long)expect,
+                 (int64_t)st.st_size < expect ? " (truncated)" : "");
+        return why;
+    }
+    *crc = header_checksum(h);
+    return file_checksum_problem(path, why, cap);
 }
 
 #endif // COMMON_CHECKPOINT_H

@@ -20,7 +20,8 @@
 //
 // I/O: shard headers are checked for all shards at init (magic, version, count against
 // the file size, at least one global batch). The token ids of a shard are checked in
-// constant memory the first time the shard is opened. Afterwards each batch reads only
+// constant memory the first time the shard is opened, or of all shards at once by
+// dataloader_check_all_ids. Afterwards each batch reads only
 // its own B*T+1 tokens (seek + read), so shards of any size cost no memory.
 //
 // Header-only C11 that also compiles as C++ (the GPU trainer includes it).
@@ -326,6 +327,23 @@ static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
             dl->epoch++;
         }
     }
+}
+
+// Checks the token ids of every shard now (the trainer's start), instead of when each is
+// first read; verbose: say what is checked and how long it took.
+static inline void dataloader_check_all_ids(DataLoader *dl, int verbose) {
+    double t0 = wall_seconds();
+    int64_t bytes = 0;
+    for (int i = 0; i < dl->num_shards; i++) {
+        bytes += dl->ntok[i] * dl->tok_bytes[i];
+        if (!dl->validated[i]) dl_open_shard(dl, i);
+    }
+    if (dl->f) fclose(dl->f);
+    dl->f = NULL;
+    dl->cur_shard = -1;
+    if (verbose && wall_seconds() - t0 > 0.5)
+        printf("data: token ids of %d shard(s) of '%s' checked (%.2f GB) in %.1f s\n", dl->num_shards, dl->pattern,
+               (double)bytes / 1e9, wall_seconds() - t0);
 }
 
 static inline void dataloader_reset(DataLoader *dl) {

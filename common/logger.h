@@ -1,5 +1,6 @@
 // logger.h: the one logger. Step lines and evaluation lines go to stdout and, when a
-// log directory is set, appended to <dir>/main.log (a resumed run appends).
+// log directory is set, to <dir>/main.log (a resumed run appends, after cutting the log
+// back to its checkpoint's length).
 #ifndef COMMON_LOGGER_H
 #define COMMON_LOGGER_H
 #include "util.h"
@@ -18,6 +19,8 @@ static inline void logger_init(Logger *lg, const char *dir, int append, int quie
     char path[4096];
     snprintf(path, sizeof path, "%s/main.log", dir);
     lg->f = xfopen(path, append ? "a" : "w");
+    // where appending starts, so that logger_bytes counts from the file's start
+    if (fseeko(lg->f, 0, SEEK_END) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
 }
 
 __attribute__((format(printf, 2, 3)))
@@ -34,6 +37,25 @@ static inline void logger_printf(Logger *lg, const char *fmt, ...) {
         va_end(ap);
         fflush(lg->f);
     }
+}
+
+// Bytes written to the log file so far (0 without one): a checkpoint records it, so that
+// a resumed run drops what a crashed run logged after its checkpoint.
+static inline int64_t logger_bytes(Logger *lg) {
+    if (!lg->f) return 0;
+    if (fflush(lg->f) != 0) fatal("error writing main.log: %s", strerror(errno));
+    off_t n = ftello(lg->f);
+    return n < 0 ? 0 : (int64_t)n;
+}
+
+// Cuts <dir>/main.log back to keep bytes (before a resumed run appends to it); a shorter
+// log is left as it is.
+static inline void logger_truncate(const char *dir, int64_t keep) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/main.log", dir);
+    struct stat st;
+    if (keep < 0 || stat(path, &st) != 0 || st.st_size <= keep) return;
+    if (truncate(path, (off_t)keep) != 0) fatal("cannot cut %s back to %lld bytes: %s", path, (long long)keep, strerror(errno));
 }
 
 static inline void logger_close(Logger *lg) {

@@ -17,14 +17,17 @@ typedef struct {
     int warmup_steps, total_steps;
 } LRSchedule;
 
+static const char *const LR_SCHEDULE_NAMES[] = {"cosine", "linear", "constant", "wsd"};
+
 // Returns 0 if name is not a schedule.
 static inline int lr_schedule_kind_from_name(const char *name, LRScheduleKind *kind) {
-    if (!strcmp(name, "cosine")) *kind = LR_COSINE;
-    else if (!strcmp(name, "linear")) *kind = LR_LINEAR;
-    else if (!strcmp(name, "constant")) *kind = LR_CONSTANT;
-    else if (!strcmp(name, "wsd")) *kind = LR_WSD;
-    else return 0;
-    return 1;
+    for (int k = LR_COSINE; k <= LR_WSD; k++)
+        if (!strcmp(name, LR_SCHEDULE_NAMES[k])) { *kind = (LRScheduleKind)k; return 1; }
+    return 0;
+}
+
+static inline const char *lr_schedule_name(LRScheduleKind kind) {
+    return kind >= LR_COSINE && kind <= LR_WSD ? LR_SCHEDULE_NAMES[kind] : "unknown";
 }
 
 // step counts from 0.

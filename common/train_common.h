@@ -19,7 +19,7 @@
 typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, overfit, seed, shuffle;
+    int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped;
     float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
@@ -46,6 +46,8 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->grad_clip = 1.0f;
     o->temperature = 1.0f;
     o->wsd_frac = 0.2f;
+    o->check_data = 1;
+    o->max_skipped = 100;
 }
 
 static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, ArgType type, void *dest, const char *help) {
@@ -58,7 +60,7 @@ static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, Ar
     return s;
 }
 
-#define TRAIN_OPTIONS_COUNT 27
+#define TRAIN_OPTIONS_COUNT 29
 
 // Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
 // A trainer appends its own options after these.
@@ -79,24 +81,44 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec(NULL, "--wsd-decay-fraction", ARG_FLOAT, &o->wsd_frac, "wsd: fraction of steps spent decaying");
     specs[n++] = arg_spec("-c", "--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D weights only)");
     specs[n++] = arg_spec(NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
-    specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every, "validation loss every N steps (0: never)");
+    specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every, "validation loss every N steps and at the end (0: never)");
     specs[n++] = arg_spec("-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
     specs[n++] = arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample text every N steps (0: only at the end)");
-    specs[n++] = arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample");
+    specs[n++] = arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
     specs[n++] = arg_spec(NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
     specs[n++] = arg_spec(NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
     specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every, "write a checkpoint every N steps to -o (0: only at the end, if -o)");
-    specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume, "1: resume from the latest checkpoint in -o");
+    specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume, "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
     specs[n++] = arg_spec("-a", "--overfit-batch", ARG_INT, &o->overfit, "1: train on the first batch only (debugging)");
     specs[n++] = arg_spec(NULL, "--shuffle", ARG_INT, &o->shuffle, "1: shuffle shards and samples each epoch");
     specs[n++] = arg_spec(NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
     specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir, "directory holding vocab.bpe and encoder.json");
+    specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data, "1: check every training token id at start, 0: each shard when first read (validation shards: always at start)");
+    specs[n++] = arg_spec(NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped, "stop the run after this many updates in a row skipped for a non-finite loss or norm (0: never)");
     if (n != TRAIN_OPTIONS_COUNT) fatal("internal: TRAIN_OPTIONS_COUNT is %d, table has %d", TRAIN_OPTIONS_COUNT, n);
     return n;
 }
 
+// Makes the run directory (and its parents), or stops saying why it cannot.
+static inline void make_run_dir(const char *dir) {
+    char *p = xstrdup(dir);
+    for (char *c = p + 1; ; c++) {
+        if (*c != '/' && *c) continue;
+        char keep = *c;
+        *c = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("-o: cannot create directory %s: %s", p, strerror(errno));
+        *c = keep;
+        if (!keep) break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: %s exists and is not a directory", dir);
+    if (access(dir, W_OK) != 0) fatal("-o: cannot write to directory %s: %s", dir, strerror(errno));
+    free(p);
+}
+
 // Checks the shared options before any large allocation or GPU work; fills in the
-// total batch default and the schedule kind; creates the output directory.
+// total batch default and the schedule kind; creates the output directory. Float flags
+// are finite already (common/args.h refuses NaN and infinity).
 static inline void train_options_validate(TrainOptions *o) {
     if (o->B < 1) fatal("-b (batch size) must be at least 1, got %d", o->B);
     if (o->T < 1) fatal("-t (sequence length) must be at least 1, got %d", o->T);
@@ -104,28 +126,28 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->total_batch == -1) o->total_batch = o->B * o->T;
     if (o->total_batch < 1 || o->total_batch % (o->B * o->T))
         fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", o->B * o->T, o->total_batch);
+    if (o->max_steps != -1 && o->max_steps < 1) fatal("-x (max steps) must be -1 (one epoch) or at least 1, got %d", o->max_steps);
     LRSchedule s = {LR_COSINE, o->lr, o->final_frac, o->wsd_frac, o->warmup, 0};
     if (!lr_schedule_kind_from_name(o->sched_name, &s.kind))
         fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", o->sched_name);
     o->sched = s;
-    if (o->lr < 0 || !isfinite(o->lr)) fatal("-l (learning rate) must be a non-negative number");
-    if (o->final_frac < 0 || o->final_frac > 1) fatal("-q (final lr fraction) must be in [0, 1], got %g", o->final_frac);
-    if (o->wsd_frac < 0 || o->wsd_frac > 1) fatal("--wsd-decay-fraction must be in [0, 1]");
+    if (!(o->lr >= 0)) fatal("-l (learning rate) must be a non-negative number, got %g", o->lr);
+    if (!(o->final_frac >= 0 && o->final_frac <= 1)) fatal("-q (final lr fraction) must be in [0, 1], got %g", o->final_frac);
+    if (!(o->wsd_frac >= 0 && o->wsd_frac <= 1)) fatal("--wsd-decay-fraction must be in [0, 1], got %g", o->wsd_frac);
     if (o->warmup < 0) fatal("-u (warmup steps) must be >= 0");
-    if (o->weight_decay < 0) fatal("-c (weight decay) must be >= 0");
-    if (o->grad_clip < 0) fatal("--grad-clip must be >= 0");
+    if (!(o->weight_decay >= 0)) fatal("-c (weight decay) must be >= 0, got %g", o->weight_decay);
+    if (!(o->grad_clip >= 0)) fatal("--grad-clip must be >= 0, got %g", o->grad_clip);
     if (o->gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
-    if (o->temperature < 0) fatal("--temperature must be >= 0");
+    if (!(o->temperature > 0)) fatal("--temperature must be > 0, got %g", o->temperature);
     if (o->val_every < 0 || o->sample_every < 0 || o->ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
+    if (o->val_batches != -1 && o->val_batches < 1) fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
     if (o->resume != 0 && o->resume != 1) fatal("-y must be 0 or 1");
     if (o->resume && !o->out_dir) fatal("-y 1 needs -o: the directory to resume from");
     if (o->overfit != 0 && o->overfit != 1) fatal("-a must be 0 or 1");
     if (o->shuffle != 0 && o->shuffle != 1) fatal("--shuffle must be 0 or 1");
-    if (o->out_dir) {
-        mkdir(o->out_dir, 0755);
-        struct stat st;
-        if (stat(o->out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: cannot create directory %s", o->out_dir);
-    }
+    if (o->check_data != 0 && o->check_data != 1) fatal("--check-data must be 0 or 1");
+    if (o->max_skipped < 0) fatal("--max-skipped-updates must be >= 0 (0: never stop)");
+    if (o->out_dir) make_run_dir(o->out_dir);
 }
 
 // GPT-2's initialisation: weights normal(0, 0.02), the residual output projections
@@ -188,6 +210,10 @@ static inline void train_data_open(TrainData *d, const TrainOptions *o, int voca
     dataloader_init(&d->train, o->train_pattern, o->B, o->T, rank, world, o->shuffle, (uint64_t)o->seed, vocab_size);
     d->have_val = o->val_pattern && *o->val_pattern;
     if (d->have_val) dataloader_init(&d->val, o->val_pattern, o->B, o->T, rank, world, 0, 0, vocab_size);
+    // token ids: a bad id found mid-run would stop it, so the validation split (read at
+    // every evaluation) is checked now, and the training split too unless --check-data 0
+    if (o->check_data) dataloader_check_all_ids(&d->train, rank == 0);
+    if (d->have_val) dataloader_check_all_ids(&d->val, rank == 0);
     d->accum = (int)(o->total_batch / ((long)o->B * o->T * world));
     d->max_steps = o->max_steps;
     if (d->max_steps < 0) {  // one epoch
@@ -205,26 +231,172 @@ static inline void train_data_close(TrainData *d) {
 }
 
 // A run directory holds <dir>/model_<step>.bin (the model) and <dir>/state_<step>.bin
-// (the rest of the training state). The state is written last, so a step whose state
-// file exists has a complete checkpoint.
+// (the rest of the training state; under ZeRO, ranks r > 0 write their shard's as
+// state_<step>.rank<r>.bin first). Rank 0's state is written last, so a step whose
+// state_<step>.bin exists has a complete checkpoint; its checksums say it is intact.
 static inline void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
     snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
     snprintf(state_path, cap, "%s/state_%08d.bin", dir, step);
 }
 
-// The newest step with a state file in dir, or -1.
-static inline int latest_checkpoint_step(const char *dir) {
+// The state file of a shard: rank 0's is state_<step>.bin, the other ranks' under ZeRO
+// state_<step>.rank<r>.bin beside it (without ZeRO every rank reads rank 0's).
+static inline void state_path_for_rank(const char *dir, int step, int shard_rank, char *path, size_t cap) {
+    if (shard_rank == 0) snprintf(path, cap, "%s/state_%08d.bin", dir, step);
+    else snprintf(path, cap, "%s/state_%08d.rank%d.bin", dir, step, shard_rank);
+}
+
+static inline int cmp_int_desc(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x < y) - (x > y);
+}
+
+// The steps that have a state_<step>.bin in dir, newest first; returns their count.
+static inline int checkpoint_steps(const char *dir, int **steps) {
+    *steps = NULL;
     DIR *d = opendir(dir);
-    if (!d) return -1;
-    int best = -1;
+    if (!d) return 0;
+    int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%d.%4s", &step, tail) == 2 && !strcmp(tail, "bin") && step > best) best = step;
+        int step, used = 0;
+        if (sscanf(e->d_name, "state_%8d.bin%n", &step, &used) == 1 && used == 18 && !e->d_name[used] && step >= 0) {
+            if (n == cap) *steps = (int *)xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
+            (*steps)[n++] = step;
+        }
     }
     closedir(d);
-    return best;
+    if (n) qsort(*steps, (size_t)n, sizeof(int), cmp_int_desc);
+    return n;
+}
+
+// What is wrong with the checkpoint at step for this shard rank, or NULL if its model
+// and state files are whole, their checksums match, the state's step is the one its
+// name says, and the state belongs to that model file.
+static inline const char *checkpoint_problem(const char *dir, int step, int shard_rank, char *why, size_t cap) {
+    char mp[4096], sp[4096], inner[512];
+    int h[HEADER_INTS];
+    uint32_t model_crc = 0;
+    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    state_path_for_rank(dir, step, shard_rank, sp, sizeof sp);
+    if (model_file_problem(mp, &model_crc, inner, sizeof inner)) snprintf(why, cap, "%s: %s", mp, inner);
+    else if (train_state_header_problem(sp, step, h, inner, sizeof inner)) snprintf(why, cap, "%s: %s", sp, inner);
+    else if (file_checksum_problem(sp, inner, sizeof inner)) snprintf(why, cap, "%s: %s", sp, inner);
+    else if (h[CKSUM_TAG_SLOT] == CKSUM_TAG && h[16] && model_crc && (uint32_t)h[16] != model_crc)
+        snprintf(why, cap, "%s was not written with %s (their checksums do not pair)", sp, mp);
+    else return NULL;
+    return why;
+}
+
+// Sums v over the ranks of a run (NULL: one process).
+typedef long (*RankSumFn)(const void *ctx, long v);
+
+// -y 1: the newest checkpoint in dir that is intact on every rank; each one skipped is
+// reported with what is wrong. -1 when dir holds no checkpoint at all (start fresh); stops
+// when there are some but none is intact.
+static inline int resume_pick_step(const char *dir, int shard_rank, int quiet, RankSumFn sum, const void *ctx) {
+    int *steps, n = checkpoint_steps(dir, &steps), pick = -1;
+    long world = sum ? sum(ctx, 1) : 1;
+    char why[9000];  // room for two paths and a reason
+    for (int i = 0; i < n && pick < 0; i++) {
+        const char *bad = checkpoint_problem(dir, steps[i], shard_rank, why, sizeof why);
+        if (bad) fprintf(stderr, "warning: -y 1: skipping the checkpoint of step %d: %s\n", steps[i], bad);
+        long intact = sum ? sum(ctx, !bad) : !bad;
+        if (intact == world) pick = steps[i];
+    }
+    free(steps);
+    if (pick < 0 && n > 0)
+        fatal("-y 1: none of the %d checkpoint(s) in %s is intact (see the warnings above); move them away to start "
+              "fresh", n, dir);
+    if (pick < 0 && !quiet) printf("-y 1: no checkpoint in %s yet: starting fresh\n", dir);
+    return pick;
+}
+
+// ---------------------------------------------------------------------------
+// The run's settings, recorded in the training state so that a resume can say what
+// changed (TrainState.settings; the data loader's own position checks B, T and ranks).
+
+enum { RS_STEPS, RS_B, RS_T, RS_TOTAL_BATCH, RS_LR, RS_SCHED, RS_WARMUP, RS_FINAL_FRAC, RS_WSD_FRAC,
+       RS_WEIGHT_DECAY, RS_GRAD_CLIP, RS_WORLD, RS_SEED, RS_SHUFFLE, RS_OVERFIT };
+
+static inline int32_t float_bits(float f) {
+    int32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+static inline void run_settings_pack(const TrainOptions *o, int max_steps, int world, int32_t r[STATE_SETTINGS]) {
+    r[RS_STEPS] = max_steps;
+    r[RS_B] = o->B;
+    r[RS_T] = o->T;
+    r[RS_TOTAL_BATCH] = o->total_batch;
+    r[RS_LR] = float_bits(o->lr);
+    r[RS_SCHED] = (int32_t)o->sched.kind;
+    r[RS_WARMUP] = o->warmup;
+    r[RS_FINAL_FRAC] = float_bits(o->final_frac);
+    r[RS_WSD_FRAC] = float_bits(o->wsd_frac);
+    r[RS_WEIGHT_DECAY] = float_bits(o->weight_decay);
+    r[RS_GRAD_CLIP] = float_bits(o->grad_clip);
+    r[RS_WORLD] = world;
+    r[RS_SEED] = o->seed;
+    r[RS_SHUFFLE] = o->shuffle;
+    r[RS_OVERFIT] = o->overfit;
+}
+
+// Prints each setting that differs between the checkpoint's run and this one.
+static inline void run_settings_report(const int32_t was[STATE_SETTINGS], const int32_t now[STATE_SETTINGS]) {
+    static const char *const names[STATE_SETTINGS] = {
+        "-x (steps)", "-b", "-t", "-d (tokens per step)", "-l (learning rate)", "-k (schedule)", "-u (warmup)",
+        "-q (final lr fraction)", "--wsd-decay-fraction", "-c (weight decay)", "--grad-clip", "ranks", "--seed",
+        "--shuffle", "-a"};
+    static const int is_float[STATE_SETTINGS] = {0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0};
+    for (int i = 0; i < STATE_SETTINGS; i++) {
+        if (was[i] == now[i]) continue;
+        if (i == RS_SCHED)
+            printf("resume: %s was %s, now %s\n", names[i], lr_schedule_name((LRScheduleKind)was[i]),
+                   lr_schedule_name((LRScheduleKind)now[i]));
+        else if (is_float[i]) {
+            float a, b;
+            memcpy(&a, &was[i], 4);
+            memcpy(&b, &now[i], 4);
+            printf("resume: %s was %g, now %g\n", names[i], a, b);
+        } else printf("resume: %s was %d, now %d\n", names[i], was[i], now[i]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// What happens after a step (step1 = steps completed): each is due on its own period and
+// at the end of the run; -v 0 and -g 0 mean never.
+
+static inline int val_due(const TrainOptions *o, int have_val, int step1, int last) {
+    return have_val && o->val_every > 0 && (step1 % o->val_every == 0 || last);
+}
+
+static inline int sample_due(const TrainOptions *o, int can_sample, int step1, int last) {
+    return can_sample && o->gen_tokens > 0 && ((o->sample_every > 0 && step1 % o->sample_every == 0) || last);
+}
+
+static inline int checkpoint_due(const TrainOptions *o, int step1, int last) {
+    return o->out_dir && ((o->ckpt_every > 0 && step1 % o->ckpt_every == 0) || last);
+}
+
+// Samples start from GPT-2's end-of-text token and print through its tokenizer, so a
+// model whose vocabulary does not hold GPT-2's tokens cannot be sampled.
+static inline int sampling_possible(const GPT2Config *cfg, int quiet) {
+    if (cfg->vocab_size > GPT2_EOT) return 1;
+    if (!quiet) printf("sampling: off: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)\n",
+                       cfg->vocab_size, GPT2_EOT + 1);
+    return 0;
+}
+
+// Counts the updates skipped in a row (a non-finite loss or gradient norm) and stops the
+// run after max of them (0: never): a run that skips every update only burns time.
+static inline void skipped_updates_check(int *in_a_row, int skipped, int max, int step1) {
+    *in_a_row = skipped ? *in_a_row + 1 : 0;
+    if (max > 0 && *in_a_row >= max)
+        fatal("%d updates in a row were skipped for a non-finite loss or gradient norm (the last at step %d): the run "
+              "has diverged, or its weights or data hold NaN/Inf; the checkpoints in -o are intact (lower -l, or "
+              "raise --max-skipped-updates)", *in_a_row, step1);
 }
 
 // Draws an index from probs (n entries summing to ~1) with coin in [0,1).

@@ -1,10 +1,13 @@
 // test_checkpoint.c: unit tests of common/checkpoint.h: model descriptors, bf16
 // rounding, model checkpoint fp32/bf16 round trips, the debug state and training state
-// readers, and clear errors (no crash) on corrupted, truncated and mismatched files.
+// readers, clear errors (no crash) on corrupted, truncated and mismatched files, the
+// checksums and finiteness checks, and -y 1's choice of checkpoint (train_common.h).
 // Built with AddressSanitizer and UBSan by `make test`.
 #include "testutil.h"
 #include "../../common/checkpoint.h"
+#include "../../common/train_common.h"
 #include "../../common/rng.h"
+#include <fcntl.h>
 #include <math.h>
 
 static char g_dir[256];
@@ -39,7 +42,8 @@ static void test_descriptors(void) {
     CHECK(gpt2_config_from_descriptor("l4h4c256t128", &c) && c.num_layers == 4 && c.num_heads == 4 && c.channels == 256 &&
           c.max_seq_len == 128, "l4h4c256t128");
     CHECK(gpt2_config_from_descriptor("l2h2c64", &c) && c.max_seq_len == 1024, "l2h2c64 default maxT");
-    const char *bad[] = {"d13", "l4h4", "l4h4c256x", "l4h4c256t", "model.bin", "", "dd12"};
+    const char *bad[] = {"d13", "l4h4", "l4h4c256x", "l4h4c256t", "model.bin", "", "dd12", "l 2h 2c 64",
+                         "l+2h2c64", "l-2h2c64", "l2h2c64t 32", "l2h2c64t-1", "l2h2c1234567890", " l2h2c64"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(!gpt2_config_from_descriptor(bad[i], &c), "'%s' must not parse as a descriptor", bad[i]);
     // d12 has 124M parameters without the padding (the number GPT-2 124M is named for)
@@ -129,6 +133,44 @@ static void m_heads(uint8_t *b, size_t *n) { (void)n; set_int(b, 5, 3); }
 static void m_layers(uint8_t *b, size_t *n) { (void)n; set_int(b, 4, -2); }
 static void m_padded(uint8_t *b, size_t *n) { (void)n; set_int(b, 7, 10); }
 static void m_empty(uint8_t *b, size_t *n) { (void)b; *n = 0; }
+static void m_flip_body(uint8_t *b, size_t *n) { b[*n - 5] ^= 0x10; }
+// llm.c's files have no checksum: the values themselves are checked
+static void m_untag(uint8_t *b) { set_int(b, CKSUM_TAG_SLOT, 0); set_int(b, CKSUM_SLOT, 0); }
+static void m_nan_body_untagged(uint8_t *b, size_t *n) {
+    m_untag(b);
+    for (size_t i = HEADER_INTS * 4; i + 4 <= *n; i += 4) { float f = NAN; memcpy(b + i, &f, 4); }
+}
+static void m_random_body_untagged(uint8_t *b, size_t *n) {
+    m_untag(b);
+    uint64_t rng = rng_seed((uint64_t)time(NULL));
+    for (size_t i = HEADER_INTS * 4; i < *n; i++) b[i] = (uint8_t)rng_next_u64(&rng);
+}
+
+// the checksum is in our files, and a file without it (llm.c's) still loads
+static void test_checksums(void) {
+    uint64_t rng = rng_seed(3);
+    float *p = random_params(&g_cfg, &rng);
+    char *f = path_in("model_ck.bin"), *g = path_in("model_llmc.bin");
+    uint32_t crc = gpt2_checkpoint_write(f, &g_cfg, p, 1);
+    size_t len;
+    uint8_t *buf = xread_file(f, &len);
+    int h[HEADER_INTS];
+    memcpy(h, buf, sizeof h);
+    CHECK(h[CKSUM_TAG_SLOT] == CKSUM_TAG && (uint32_t)h[CKSUM_SLOT] == crc, "tag and checksum in the header");
+    set_int(buf, CKSUM_SLOT, 0);
+    CHECK(crc32c_update(0, buf, len) == crc, "the checksum is CRC-32C of the file with its slot zero");
+    m_untag(buf);
+    write_bytes(g, buf, len);
+    GPT2Config c;
+    float *q = gpt2_checkpoint_read(g, &c);
+    CHECK(q[0] == bf16_to_float(float_to_bf16(p[0])), "a file without a checksum loads");
+    free(q);
+    uint32_t mcrc = 1;
+    char why[256];
+    CHECK(model_file_problem(f, &mcrc, why, sizeof why) == NULL && mcrc == crc, "model_file_problem on a good file");
+    CHECK(crc32c_update(0, "123456789", 9) == 0xe3069283u, "CRC-32C check value");
+    free(buf); free(p); free(f); free(g);
+}
 
 static void test_corrupted_checkpoints(void) {
     corrupt_and_expect("bad_magic.bin", m_magic, "magic");
@@ -140,6 +182,9 @@ static void test_corrupted_checkpoints(void) {
     corrupt_and_expect("bad_layers.bin", m_layers, "num_layers");
     corrupt_and_expect("bad_padded.bin", m_padded, "padded");
     corrupt_and_expect("empty.bin", m_empty, "header");
+    corrupt_and_expect("body_flipped.bin", m_flip_body, "checksum mismatch");
+    corrupt_and_expect("nan_body_no_checksum.bin", m_nan_body_untagged, "non-finite");
+    corrupt_and_expect("random_body_no_checksum.bin", m_random_body_untagged, "non-finite");
     char *missing = path_in("no_such_file.bin");
     expect_failure("missing file", read_checkpoint_child, missing, missing, "cannot open", NULL);
     free(missing);
@@ -220,7 +265,10 @@ static void test_train_state(void) {
     TrainState s = make_state(1000, 1);
     rng_fill_normal(&rng, s.m, 1000, 0, 1);
     rng_fill_normal(&rng, s.v, 1000, 0, 1);
+    for (int i = 0; i < 1000; i++) s.v[i] *= s.v[i];  // a second moment: non-negative
     rng_fill_normal(&rng, s.master, 1000, 0, 1);
+    s.log_bytes = 123456789012LL; s.skipped_in_a_row = 3; s.model_crc = 0xdeadbeefu;
+    for (int i = 0; i < STATE_SETTINGS; i++) s.settings[i] = i * 11 - 5;
     s.step = 17; s.rng = 0x123456789abcdefULL; s.loss_scale = 65536.0f; s.loss_scale_good_steps = 5;
     for (int i = 0; i < 24; i++) s.loader_pos[i] = (uint8_t)(i * 7);
     char *p = path_in("state.bin");
@@ -230,6 +278,8 @@ static void test_train_state(void) {
     CHECK(r.step == 17 && r.rng == s.rng && r.loss_scale == 65536.0f && r.loss_scale_good_steps == 5, "scalars");
     CHECK(!memcmp(r.m, s.m, 4000) && !memcmp(r.v, s.v, 4000) && !memcmp(r.master, s.master, 4000), "arrays");
     CHECK(!memcmp(r.loader_pos, s.loader_pos, 24), "loader position");
+    CHECK(r.has_ext && r.log_bytes == s.log_bytes && r.skipped_in_a_row == 3 && r.model_crc == 0xdeadbeefu &&
+          !memcmp(r.settings, s.settings, sizeof s.settings), "log length, skipped updates, model checksum, settings");
     expect_failure("state of another size", read_state_wrong_n_child, p, p, "optimizer elements", NULL);
     expect_failure("state of another rank count", read_state_wrong_rank_child, p, p, "same number of ranks", NULL);
     size_t len;
@@ -237,8 +287,100 @@ static void test_train_state(void) {
     char *q = path_in("state_truncated.bin");
     write_bytes(q, buf, len - 100);
     expect_failure("truncated state", read_state_child, q, q, "truncated", NULL);
+    uint8_t *copy = (uint8_t *)xmalloc(len);
+    memcpy(copy, buf, len);
+    copy[len - 3] ^= 1;
+    write_bytes(q, copy, len);
+    expect_failure("state with a flipped bit", read_state_child, q, q, "checksum mismatch", NULL);
+    uint64_t r2 = rng_seed((uint64_t)time(NULL));
+    for (size_t i = HEADER_INTS * 4; i < len; i++) copy[i] = (uint8_t)rng_next_u64(&r2);
+    write_bytes(q, copy, len);
+    expect_failure("state with a random body", read_state_child, q, q, "checksum mismatch", NULL);
+    memset(copy + 4 * CKSUM_TAG_SLOT, 0, 8);  // no checksum (as an older writer's file)
+    write_bytes(q, copy, len);
+    expect_failure("state with a random body, no checksum", read_state_child, q, q, "corrupt", NULL);
+    free(copy);
+    s.v[10] = -1.0f;
+    train_state_write(q, &s);
+    expect_failure("state with a negative second moment", read_state_child, q, q, "negative", NULL);
+    s.v[10] = 1.0f;
+    s.m[20] = NAN;
+    train_state_write(q, &s);
+    expect_failure("state with a NaN moment", read_state_child, q, q, "non-finite", NULL);
     free(buf); free(p); free(q);
     free_state(&s); free_state(&r);
+}
+
+// -y 1's choice: the newest intact checkpoint, each skipped one named
+static void write_pair(const char *dir, int step, int name_step, const float *params) {
+    char mp[4096], sp[4096];
+    checkpoint_paths(dir, name_step, mp, sp, sizeof mp);
+    TrainState s = make_state(1000, 0);
+    s.world_size = 1; s.rank = 0; s.step = step;
+    s.model_crc = gpt2_checkpoint_write(mp, &g_cfg, params, 0);
+    train_state_write(sp, &s);
+    free_state(&s);
+}
+
+static void pick_child(const char *dir) { printf("%d\n", resume_pick_step(dir, 0, 1, NULL, NULL)); }
+
+// resume_pick_step with its warnings (checked once, in a child) kept off the test's output
+static int pick_quiet(const char *dir) {
+    fflush(stderr);
+    int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    int step = resume_pick_step(dir, 0, 1, NULL, NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(null);
+    close(saved);
+    return step;
+}
+
+static void test_resume_pick(void) {
+    char *dir = path_in("run");
+    mkdir(dir, 0755);
+    CHECK(pick_quiet(dir) == -1, "no checkpoint: start fresh");
+    uint64_t rng = rng_seed(5);
+    float *p = random_params(&g_cfg, &rng), *p2 = random_params(&g_cfg, &rng);
+    write_pair(dir, 3, 3, p);
+    write_pair(dir, 6, 6, p);
+    write_pair(dir, 9, 9, p);
+    CHECK(pick_quiet(dir) == 9, "newest intact");
+    char mp[4096], sp[4096];
+    checkpoint_paths(dir, 9, mp, sp, sizeof mp);
+    size_t len;
+    uint8_t *buf = xread_file(sp, &len);
+    buf[len - 1] ^= 4;
+    write_bytes(sp, buf, len);
+    free(buf);
+    char *err;
+    run_child(pick_child, dir, &err);
+    CHECK(strstr(err, "skipping the checkpoint of step 9") && strstr(err, "checksum"), "warns about step 9: %s", err);
+    free(err);
+    CHECK(pick_quiet(dir) == 6, "corrupt state of step 9: falls back to 6");
+    write_pair(dir, 6, 12, p);  // step 6's files renamed to step 12
+    CHECK(pick_quiet(dir) == 6, "renamed pair: its header's step is not its name's");
+    checkpoint_paths(dir, 15, mp, sp, sizeof mp);
+    write_pair(dir, 15, 15, p);
+    gpt2_checkpoint_write(mp, &g_cfg, p2, 0);  // another model under the state's name
+    CHECK(pick_quiet(dir) == 6, "state paired with another model file: skipped");
+    checkpoint_paths(dir, 18, mp, sp, sizeof mp);
+    write_pair(dir, 18, 18, p);
+    if (truncate(mp, 2000) != 0) CHECK(0, "truncate");
+    CHECK(pick_quiet(dir) == 6, "truncated model: skipped");
+    checkpoint_paths(dir, 21, mp, sp, sizeof mp);
+    write_pair(dir, 21, 21, p);
+    remove(mp);
+    CHECK(pick_quiet(dir) == 6, "state without its model: skipped");
+    for (int st = 3; st <= 6; st += 3) {
+        checkpoint_paths(dir, st, mp, sp, sizeof mp);
+        remove(mp);
+    }
+    int rc = run_child(pick_child, dir, &err);
+    CHECK(rc == 1 && strstr(err, "error: -y 1: none of the 7 checkpoint(s)"), "none intact: exit %d, %s", rc, err);
+    free(err);
+    free(p); free(p2); free(dir);
 }
 
 int main(void) {
@@ -254,6 +396,8 @@ int main(void) {
     run_case("corrupted checkpoints fail clearly", test_corrupted_checkpoints);
     run_case("debug state v3 read, truncated, bad T", test_debug_state);
     run_case("training state round trip and mismatches", test_train_state);
+    run_case("checksums: ours checked, llm.c's files load", test_checksums);
+    run_case("-y 1 picks the newest intact checkpoint", test_resume_pick);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_dir);

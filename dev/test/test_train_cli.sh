@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# test_train_cli.sh: the CPU trainer's command line end to end: bad flags and files are
-# refused with a message naming the flag or file; a short run trains (loss falls); a run
-# resumed from a checkpoint repeats the uninterrupted run's losses bit for bit.
+# test_train_cli.sh: the CPU trainer's command line end to end: bad flags, values and
+# files are refused with a message naming the flag or file (the GPU trainer's too, when
+# built: it checks them before any GPU work); bad data is found at start; a short run
+# trains (loss falls); a run resumed from a checkpoint repeats the uninterrupted run's
+# losses bit for bit; resume after a crash (-y 1 with nothing yet, a corrupt newest
+# checkpoint, a log written past the checkpoint, changed flags, a finished run); a run
+# whose every update is skipped stops; a failing sample never costs the final checkpoint.
 set -u
 cd "$(dirname "$0")/../.."
 ./dev/data/tinyshakespeare.sh > /dev/null || { echo "data step failed"; exit 1; }
@@ -25,6 +29,18 @@ expect_error() {
     else bad "$TRAINER: $what (exit $st, stderr: $(cat $W/err.txt))"; fi
 }
 printf 'not a checkpoint' > $W/junk.bin
+mkdir -p $W/a_dir $W/ro && chmod 555 $W/ro
+# shards written by hand: (name, token ids) with the llm.c header
+write_shard() {
+    python3 -c 'import struct, sys
+ids = [int(x) for x in sys.argv[2].split(",")] * int(sys.argv[3])
+h = [20240520, 1, len(ids)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(ids), *ids))' "$@"
+}
+write_shard $W/good_000.bin 1,2,3,4,5 400
+write_shard $W/good_001.bin 1,2,3,4,5 400
+write_shard $W/bad_000.bin 1,2,3,4,5 400
+write_shard $W/bad_001.bin 1,2,3,60000,5 400
 trainers=./train_gpt2
 [ -x ./train_gpt2cu ] && trainers="$trainers ./train_gpt2cu"
 for TRAINER in $trainers; do
@@ -38,6 +54,29 @@ for TRAINER in $trainers; do
     expect_error "unknown schedule" "-k" $SMALL -k sawtooth
     expect_error "resume without -o" "-y" $SMALL -y 1
     expect_error "corrupt checkpoint" "junk.bin" -e $W/junk.bin
+    expect_error "a directory as the checkpoint" "is a directory" -e $W/a_dir
+    for flag in -q -c --grad-clip --wsd-decay-fraction --temperature -l; do
+        expect_error "$flag nan" "$flag" $SMALL $flag nan
+        expect_error "$flag inf" "$flag" $SMALL $flag inf
+    done
+    expect_error "-q above 1" "-q" $SMALL -q 1.5
+    expect_error "--grad-clip negative" "--grad-clip" $SMALL --grad-clip -1
+    expect_error "--temperature 0" "--temperature" $SMALL --temperature 0
+    expect_error "-x -5 (only -1 means one epoch)" "-x" $SMALL -x -5
+    expect_error "-x 0" "-x" $SMALL -x 0
+    expect_error "-m -5 (only -1 means the whole split)" "-m" $SMALL -m -5
+    expect_error "-m 0" "-m" $SMALL -m 0
+    expect_error "a descriptor with spaces" "not a model descriptor" -e 'l 2h 2c 64'
+    expect_error "--max-skipped-updates negative" "--max-skipped-updates" $SMALL --max-skipped-updates -1
+    expect_error "--check-data 2" "--check-data" $SMALL --check-data 2
+    if [ "$(id -u)" != 0 ]; then  # root writes anywhere: this check needs another user
+        expect_error "-o that cannot be created says why" "Permission denied" $SMALL -o $W/ro/run
+    fi
+    expect_error "-o under a file says why" "Not a directory" $SMALL -o $W/junk.bin/run
+    expect_error "a bad token id in the second train shard, found at start" "bad_001.bin" $SMALL -x 1 \
+        -i "$W/bad_*.bin" -j "$W/good_*.bin"
+    expect_error "a bad token id in a validation shard, found at start" "bad_001.bin" $SMALL -x 1 \
+        -i "$W/good_*.bin" -j "$W/bad_*.bin" --check-data 0
 done
 if [ -x ./train_gpt2cu ]; then
     # the GPU trainer's own flags, and multi-rank settings (ranks from the environment, as a
@@ -80,6 +119,54 @@ if [ -n "$(losses $W/full.txt)" ] && [ "$(losses $W/full.txt)" = "$(losses $W/re
 else bad "resume is not bit-exact:"; diff <(losses $W/full.txt) <(losses $W/resumed.txt); fi
 if cmp -s $W/full/model_00000010.bin $W/part/model_00000010.bin; then ok "final checkpoints are identical"
 else bad "final checkpoints differ"; fi
+
+# --check-data 0: a bad train shard is found when it is first read, and named
+./train_gpt2 $SMALL -x 100 -i "$W/bad_*.bin" -j "" --check-data 0 > $W/late.txt 2> $W/late_err.txt
+st=$?
+if [ $st -eq 1 ] && grep -q '^step' $W/late.txt && grep -q 'bad_001.bin' $W/late_err.txt; then
+    ok "--check-data 0: the bad shard is named when first read ($(grep -c '^step' $W/late.txt) steps before)"
+else bad "--check-data 0 with a bad second shard (exit $st): $(cat $W/late_err.txt)"; fi
+
+# -y 1 with no checkpoint yet starts fresh (a restart loop always passes -y 1)
+RUN="$SMALL -x 10 -n 5 -v 5 -m 2 -l 1e-3 -d 64"
+./train_gpt2 $RUN -o $W/y -y 1 > $W/y1.txt 2>&1
+if [ $? -eq 0 ] && grep -q 'starting fresh' $W/y1.txt && [ -f $W/y/state_00000010.bin ]; then ok "-y 1 without a checkpoint starts fresh"
+else bad "-y 1 without a checkpoint: $(tail -3 $W/y1.txt)"; fi
+cp $W/y/main.log $W/y_full.log
+# a crash after step 10's checkpoint began: its state is corrupt, and the log ran past step 5
+printf 'garbage' | dd of=$W/y/state_00000010.bin bs=1 seek=3000 conv=notrunc 2> /dev/null
+echo "step    99/10 | a line the crashed run wrote after its checkpoint" >> $W/y/main.log
+./train_gpt2 $RUN -o $W/y -y 1 > $W/y2.txt 2>&1
+if [ $? -eq 0 ] && grep -q 'skipping the checkpoint of step 10.*checksum' $W/y2.txt && grep -q 'at step 5' $W/y2.txt
+then ok "a corrupt newest checkpoint is skipped with a warning; resumed at step 5"
+else bad "corrupt newest checkpoint: $(cat $W/y2.txt | head -5)"; fi
+fields() { grep -v '^sample' "$1" | awk -F'|' '{print $1, $2, $3, $4}'; }
+if [ "$(fields $W/y_full.log)" = "$(fields $W/y/main.log)" ]; then ok "main.log after the resume holds each step once"
+else bad "main.log after the resume differs:"; diff <(fields $W/y_full.log) <(fields $W/y/main.log) | head; fi
+./train_gpt2 $RUN -o $W/y -y 1 -l 2e-3 -x 10 > $W/y3.txt 2>&1
+if grep -q 'resume: -l (learning rate) was 0.001, now 0.002' $W/y3.txt && grep -q 'finished at step 10' $W/y3.txt
+then ok "resuming says what changed, and that the run had finished"
+else bad "resume messages: $(head -8 $W/y3.txt)"; fi
+
+# a run whose every update is skipped stops (a learning rate that blows the weights up)
+./train_gpt2 $SMALL -x 50 -l 1e30 --max-skipped-updates 5 > $W/nan.txt 2> $W/nan_err.txt
+st=$?
+if [ $st -eq 1 ] && grep -q '5 updates in a row were skipped' $W/nan_err.txt; then ok "5 skipped updates in a row stop the run"
+else bad "skipped updates (exit $st): $(tail -2 $W/nan_err.txt)"; fi
+
+# a model whose vocabulary is not GPT-2's: no sampling, and the final checkpoint is written
+python3 - $W/small_vocab.bin << 'EOF2'
+import struct, sys, random
+L, H, C, T, V, Vp = 1, 1, 8, 16, 1000, 1024
+n = Vp*C + T*C + L*(2*C + 3*C*C + 3*C + C*C + C + 2*C + 4*C*C + 4*C + 4*C*C + C) + 2*C
+h = [20240326, 3, T, V, L, H, C, Vp] + [0] * 248
+random.seed(1)
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%df" % n, *[random.gauss(0, 0.02) for _ in range(n)]))
+EOF2
+./train_gpt2 -e $W/small_vocab.bin -b 2 -t 8 -x 3 -i "$W/good_*.bin" -j "" -o $W/sv > $W/sv.txt 2>&1
+st=$?
+if [ $st -eq 0 ] && grep -q 'sampling: off' $W/sv.txt && [ -f $W/sv/model_00000003.bin ]; then ok "small vocabulary: sampling off, final checkpoint written"
+else bad "small vocabulary run (exit $st): $(tail -3 $W/sv.txt)"; fi
 
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
