@@ -41,10 +41,44 @@ static void test_init_fails(void) {
     CHECK(ok == 0 && strstr(m.why, "nvmlInit failed"), "open %d, reason '%s'", ok, m.why);
 }
 
+static void test_fails_mid_run(void) {
+    EnergyMeter m;
+    setenv("FAKE_NVML_FAIL_AFTER", "3", 1);  // the open reads once, then two reads work
+    int ok = energy_open(&m, "0000:1b:00.0");
+    double a = energy_joules(&m), b = energy_joules(&m), c = energy_joules(&m);
+    unsetenv("FAKE_NVML_FAIL_AFTER");
+    double d = energy_joules(&m);
+    CHECK(ok == 1 && a > 0 && b > a, "the first reads work: %g %g", a, b);
+    CHECK(c == -1.0 && d == -1.0, "after a failed read the meter stays unavailable: %g %g", c, d);
+    CHECK(strstr(m.why, "failed during the run") && strstr(m.why, "error 15"), "reason: '%s'", m.why);
+    energy_close(&m);
+}
+
+// every nvmlInit is balanced by nvmlShutdown (the library stays loaded through a handle
+// of the test's own, so its counters can be read after the meter lets go)
+static void test_shutdown(void) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    CHECK(lib != NULL, "the fake library is not on LD_LIBRARY_PATH");
+    if (!lib) return;
+    int (*inits)(void) = (int (*)(void))dlsym(lib, "fake_nvml_inits");
+    int (*shutdowns)(void) = (int (*)(void))dlsym(lib, "fake_nvml_shutdowns");
+    int i0 = inits(), s0 = shutdowns();
+    EnergyMeter m;
+    energy_open(&m, "0000:1b:00.0");
+    energy_close(&m);
+    energy_open(&m, "0000:99:00.0");  // fails after nvmlInit: shut down at once
+    energy_close(&m);
+    CHECK(inits() - i0 == 2 && shutdowns() - s0 == 2, "nvmlInit %d times, nvmlShutdown %d times", inits() - i0,
+          shutdowns() - s0);
+    dlclose(lib);
+}
+
 int main(void) {
     run_case("reads the counter in joules", test_reads_joules);
     run_case("an unknown GPU: unavailable, with the bus id", test_unknown_gpu);
     run_case("no energy counter: unavailable, reads -1", test_no_counter);
     run_case("NVML does not start: unavailable", test_init_fails);
+    run_case("a counter that fails mid-run: unavailable", test_fails_mid_run);
+    run_case("nvmlShutdown balances nvmlInit", test_shutdown);
     return test_summary();
 }
