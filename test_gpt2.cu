@@ -4,7 +4,7 @@
 // the same batch and compares each step's loss. Prints the measured error of every
 // check (max abs error / max abs reference value), exits 1 on any miss.
 //
-// Tolerances (SPEC §6), per build:
+// Tolerances (docs/testing.md), per build:
 //   fp32: logits and loss 1e-4 relative, each gradient tensor 1e-3, step losses 1e-4 abs.
 //   bf16: loss 1e-2 relative, step losses 2e-2 abs; logits 5e-2 relative to their max;
 //         gradients 5e-2 (see grad_tolerance below for why).
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
-    if (PRECISION == PRECISION_FP16) model.loss_scale = 1024.0f;
+    if (PRECISION == PRECISION_FP16) model.scaler.scale = 1024.0f;
     printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s\n", PRECISION_NAME,
            c->num_layers, c->num_heads, c->channels, V, B, T, recompute, g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
            flash && !deterministic ? " (atomic-dq backward)" : "");
@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaStreamSynchronize(s));
     float *grads = (float *)xmalloc(model.num_params * sizeof(float));
     download_floatX(grads, model.grads, model.num_params);
-    for (size_t i = 0; i < model.num_params; i++) grads[i] /= model.loss_scale;
+    for (size_t i = 0; i < model.num_params; i++) grads[i] /= model.scaler.scale;
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         size_t off = model.param_offsets[k], n = model.param_sizes[k];
         float tol = grad_tolerance(k, grad_tol);

@@ -538,54 +538,37 @@ static void gpt2_free(GPT2 *model) {
 // ----------------------------------------------------------------------------
 // Sampling
 
-// Generates gen_tokens tokens after the prompt and prints them as text.
-static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, int gen_tokens,
-                        float temperature, uint64_t *rng, Logger *lg) {
-    int maxT = model->T, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
-    int n = 0;
-    ids[n++] = GPT2_EOT;
-    if (prompt && *prompt) {
-        TokenVec tv = {0};
-        tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &tv);
-        for (size_t i = 0; i < tv.len && n < maxT; i++) ids[n++] = (int)tv.data[i];
-        tokenvec_free(&tv);
-    }
-    float *probs = (float *)xmalloc((size_t)V * sizeof(float));
-    for (int step = 0; step < gen_tokens && n < maxT; step++) {
-        gpt2_forward(model, ids, NULL, 1, n);
-        const float *logits = model->acts.logits + (size_t)(n - 1) * Vp;
-        ids[n++] = sample_from_logits(logits, probs, V, temperature, rng);
-    }
-    log_sample(lg, tok, ids, n);
-    free(probs);
-    free(ids);
+// The logits after ids[0..n), for sample_text.
+static void next_logits(void *m, const int *ids, int n, float *logits) {
+    GPT2 *model = (GPT2 *)m;
+    gpt2_forward(model, ids, NULL, 1, n);
+    memcpy(logits, model->acts.logits + (size_t)(n - 1) * model->config.padded_vocab_size,
+           (size_t)model->config.vocab_size * sizeof(float));
+}
+
+static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const TrainOptions *o, uint64_t *rng, Logger *lg) {
+    sample_text(tok, o->prompt, o->gen_tokens, o->temperature, model->T, model->config.vocab_size, rng, lg,
+                next_logits, model);
 }
 
 // ----------------------------------------------------------------------------
 // Checkpoints (file names and layout: common/train_common.h, common/checkpoint.h)
 
-// st carries what the run adds to the state (log length, skipped updates, settings).
-static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng, TrainState st) {
+// run carries what the run adds to the state (log length, skipped updates, settings).
+static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *dir, int step, uint64_t rng,
+                            const TrainState *run) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
-    TrainState s = st;
+    TrainState s = train_state_for(run, step, rng, loader);
     s.model_crc = gpt2_checkpoint_write(mp, &model->config, model->params, 0);
-    s.step = step;
-    s.world_size = 1;
-    s.rng = rng;
-    s.loss_scale = 1.0f;
-    DataLoaderPos pos = dataloader_get_pos(loader);
-    if (sizeof pos > STATE_LOADER_POS_MAX) fatal("internal: DataLoaderPos is too large");
-    memcpy(s.loader_pos, &pos, sizeof pos);
-    s.loader_pos_bytes = (int)sizeof pos;
     s.n = model->num_params;
     s.m = model->m;
     s.v = model->v;
     train_state_write(sp, &s);
 }
 
-static TrainState load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step) {
+static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, TrainState *run,
+                            uint64_t *rng) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     GPT2Config cfg;
@@ -602,26 +585,55 @@ static TrainState load_checkpoint(GPT2 *model, DataLoader *loader, const char *d
     s.m = model->m;
     s.v = model->v;
     train_state_read(sp, &s);
-    DataLoaderPos pos;
-    memcpy(&pos, s.loader_pos, sizeof pos);
-    dataloader_set_pos(loader, pos);
-    return s;
+    train_state_resume(&s, loader, run, rng);
+    if (s.has_ext) run_settings_report(s.settings, run->settings);
+    logger_truncate(dir, s.log_bytes);
 }
 
 // ----------------------------------------------------------------------------
 // Main
 
-static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs, int *targets) {
-    dataloader_reset(val);
-    int64_t n = dataloader_batches_per_epoch(val);
-    if (max_batches > 0 && n > max_batches) n = max_batches;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        dataloader_next(val, inputs, targets);
-        gpt2_forward(model, inputs, targets, model->B, model->T);
-        sum += model->mean_loss;
-    }
-    return (float)(sum / (double)n);
+// Evaluation: each batch's mean loss, weighted, summed in double.
+typedef struct {
+    GPT2 *model;
+    double sum;
+} EvalAcc;
+
+static void eval_batch(void *ctx, const int *inputs, const int *targets, float weight) {
+    EvalAcc *e = (EvalAcc *)ctx;
+    gpt2_forward(e->model, inputs, targets, e->model->B, e->model->T);
+    e->sum += (double)weight * e->model->mean_loss;
+}
+
+static float eval_result(void *ctx) { return (float)((EvalAcc *)ctx)->sum; }
+
+// What the work between steps needs (common/train_common.h: after_step).
+typedef struct {
+    GPT2 *model;
+    TrainData *data;
+    const TrainOptions *o;
+    TrainState *run;
+    uint64_t *rng;
+    Logger *lg;
+    int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
+} Trainer;
+
+static float trainer_evaluate(void *t) {
+    Trainer *r = (Trainer *)t;
+    EvalAcc e = {r->model, 0.0};
+    EvalFns f = {eval_batch, eval_result};
+    return evaluate_split(&r->data->val, r->o->val_batches, r->val_inputs, r->val_targets, f, &e);
+}
+
+static void trainer_sample(void *t) {
+    Trainer *r = (Trainer *)t;
+    gpt2_sample(r->model, &r->data->tok, r->o, r->rng, r->lg);
+}
+
+static void trainer_save(void *t, int step1) {
+    Trainer *r = (Trainer *)t;
+    save_checkpoint(r->model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
+    printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 
 int main(int argc, char **argv) {
@@ -646,8 +658,7 @@ int main(int argc, char **argv) {
 
     gpt2_alloc_activations(&model, B, T);
     double mb = 1.0 / (1024.0 * 1024.0);
-    printf("model: L=%d H=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
-           cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, gpt2_num_real_params(&cfg) / 1e6);
+    print_model_banner(&cfg);
     printf("memory: parameters %.0f MiB, gradients %.0f MiB, AdamW moments %.0f MiB, activations %.0f MiB\n",
            model.num_params * 4 * mb, model.num_params * 4 * mb, model.num_params * 8 * mb,
            activation_floats(&cfg, B, T) * 4 * mb);
@@ -660,11 +671,7 @@ int main(int argc, char **argv) {
     run_settings_pack(&o, max_steps, 1, run.settings);
     int start_step = o.resume ? resume_pick_step(o.out_dir, 0, 0, NULL, NULL) : -1;
     if (start_step >= 0) {
-        TrainState s = load_checkpoint(&model, &data.train, o.out_dir, start_step);
-        rng = s.rng;
-        run.skipped_in_a_row = s.skipped_in_a_row;
-        if (s.has_ext) run_settings_report(s.settings, run.settings);
-        logger_truncate(o.out_dir, s.log_bytes);
+        load_checkpoint(&model, &data.train, o.out_dir, start_step, &run, &rng);
         printf("resumed from %s at step %d\n", o.out_dir, start_step);
         if (start_step >= max_steps)
             printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
@@ -676,12 +683,12 @@ int main(int argc, char **argv) {
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    // evaluation's own batch arrays (with --overfit, inputs and targets hold the one batch)
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
+    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets};
+    const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
-    char doing[64];
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
         // forward and backward over the micro-steps, gradients accumulating
@@ -694,49 +701,20 @@ int main(int argc, char **argv) {
             gpt2_backward(&model, inputs, targets, 1.0f / (float)accum);
         }
         float loss = (float)(loss_sum / accum);
-        // clip and update
+        if (test_overflow_step(step + 1)) model.grads[0] = INFINITY;
+        // clip and update (a non-finite loss or norm skips the update)
         opt.lr = lr_at_step(&data.sched, step);
         float norm = NAN;
-        if (isfinite(loss)) norm = gpt2_update(&model, &opt, step + 1);
+        if (isfinite(loss)) norm = gpt2_update(&model, &opt, adamw_step_count(&run, step + 1));
         double dt = wall_seconds() - t0;
-        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %.1f GFLOP/s\n",
-                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt, flops_per_step / dt / 1e9);
-        int skipped = !isfinite(loss) || !isfinite(norm);
-        if (skipped)
-            logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
-        skipped_updates_check(&run.skipped_in_a_row, skipped, o.max_skipped, step + 1);
-
-        // evaluation, then a sample, then the checkpoint (which records the log so far); at
-        // the end the sample comes after the checkpoint, so a failing sample loses nothing
-        int step1 = step + 1, last = step1 == max_steps;
-        if (val_due(&o, data.have_val, step1, last)) {
-            snprintf(doing, sizeof doing, "evaluating after step %d", step1);
-            fatal_context_set(doing);
-            float vl = evaluate(&model, &data.val, o.val_batches, val_inputs, val_targets);
-            logger_printf(&lg, "val loss %.6f (step %d)\n", vl, step1);
-        }
-        if (!last && sample_due(&o, can_sample, step1, last)) {
-            snprintf(doing, sizeof doing, "sampling after step %d", step1);
-            fatal_context_set(doing);
-            gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
-        }
-        if (checkpoint_due(&o, step1, last)) {
-            snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
-            fatal_context_set(doing);
-            run.log_bytes = logger_bytes(&lg);
-            save_checkpoint(&model, &data.train, o.out_dir, step1, rng, run);
-            printf("checkpoint written: %s/model_%08d.bin\n", o.out_dir, step1);
-        }
-        fatal_context_set(NULL);
+        char perf[32];
+        snprintf(perf, sizeof perf, "%.1f GFLOP/s", flops_per_step / dt / 1e9);
+        log_step(&lg, step + 1, max_steps, loss, norm, opt.lr, dt, o.total_batch, perf);
+        updates_record(&run, !isfinite(loss) || !isfinite(norm), o.max_skipped, step + 1);
+        // evaluation, sample, checkpoint
+        after_step(&o, data.have_val, can_sample, &lg, &run, step + 1, step + 1 == max_steps, between, &tr);
     }
-    // the end-of-run sample (also when resuming a finished run: the log was cut back to
-    // its checkpoint, before this sample)
-    if (sample_due(&o, can_sample, max_steps, 1)) {
-        snprintf(doing, sizeof doing, "sampling after the last step (%d)", max_steps);
-        fatal_context_set(doing);
-        gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
-        fatal_context_set(NULL);
-    }
+    final_sample(&o, can_sample, max_steps, between, &tr);
     free(val_inputs);
     free(val_targets);
     free(inputs);

@@ -1,9 +1,8 @@
 // train_gpt2.cu: the GPU trainer of GPT-2. The model lives on one GPU: parameters in
 // floatX (bf16, fp16 or fp32, chosen at build time with -DPRECISION), one contiguous
 // buffer in checkpoint order; gradients likewise; AdamW moments and master weights in
-// fp32. The fp16 build scales the loss dynamically: the gradients are computed for
-// loss * S, unscaled inside the norm/clip factor, S halves when they overflow (the update
-// is then skipped) and doubles after LOSS_SCALE_WINDOW good steps.
+// fp32. The fp16 build scales the loss dynamically (common/loss_scaler.h): the gradients
+// are computed for loss * S and unscaled inside the norm/clip factor.
 // Each layer's forward and backward kernels live in kernels/<layer>.cuh; this file wires
 // them together and runs the training loop: forward, loss, backward, clip, update, log.
 // Flags and files are those of the CPU trainer (train_gpt2.c). test_gpt2.cu includes this
@@ -20,6 +19,8 @@
 #include "common/checkpoint.h"
 #include "common/dataloader.h"
 #include "common/logger.h"
+#include "common/loss_scaler.h"
+#include "common/step_meter.h"
 #include "common/rng.h"
 #include "common/schedule.h"
 #include "common/tokenizer.h"
@@ -40,12 +41,14 @@
 #include "kernels/adamw.cuh"
 #include "kernels/comm.cuh"
 
-// Peak dense bf16 tensor throughput of an H100/H200 SXM (datasheet), the MFU denominator.
-#define GPU_PEAK_FLOPS_BF16 989e12
-
-// fp16 dynamic loss scaling
-#define LOSS_SCALE_INIT 65536.0f
-#define LOSS_SCALE_WINDOW 1000
+// The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's
+// matmuls: bf16 and fp16 tensor cores 989 TFLOP/s; the fp32 build's true-fp32 products
+// (no TF32, kernels/matmul.cuh) 67 TFLOP/s.
+#if PRECISION == PRECISION_FP32
+#define GPU_PEAK_FLOPS 67e12
+#else
+#define GPU_PEAK_FLOPS 989e12
+#endif
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
@@ -147,25 +150,30 @@ typedef struct {
     floatX *grad_slot[2];                       // ZeRO-2: two layers' gradients (per-layer tensors only)
     size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     cudaEvent_t ev_free[3];                     // ZeRO-2: slot 0, slot 1, wte/wpe/lnf gradients free again
-    float *info;                                // device: [0] grad norm, [1] clip factor, [2] loss, [3] val loss
+    float *info;                                // device: the step's scalars (INFO_* in kernels/common.cuh)
     int B, T, recompute;                        // activation capacity and recompute level
     int flash;                                  // 1: flash attention (see gpt2_build)
     int deterministic;                          // 1: bitwise-reproducible backward (set before gpt2_build)
-    float loss_scale;                           // S: backward computes d(S * loss); 1 unless fp16
-    int loss_scale_good_steps;                  // steps since S last changed
+    LossScaler scaler;                          // S: backward computes d(S * loss); 1 unless fp16
+    int inject_overflow;                        // test hook: this step's scaled gradients overflow
     Activations acts;
     size_t act_bytes, scratch_bytes;
-    // batch upload: device and three pinned host copies of
-    // [inputs BT | targets BT | positions BT | bucket_token BT | bucket_start BT+1]:
-    // two for gpt2_upload_batch in turn, one (IO_NEXT) for training's batch staged ahead
-    int *d_io, *h_io[3], nb, io_next, next_nb;
-    cudaEvent_t io_done[3];
+    // a micro-batch on the device (d_batch) and in three pinned host buffers, each laid out
+    // as BATCH_FIELDS (BATCH_*) at the capacity B*T: two (HOST_BATCH_A, _B) taken in turn by
+    // gpt2_upload_batch, one (HOST_BATCH_STAGED) for training's next batch, staged ahead
+    int *d_batch, *h_batch[3], nb, upload_turn, staged_nb;  // nb: the uploaded batch's buckets
+    cudaEvent_t h_batch_sent[3];
     int *bucket_counts;  // host scratch, vocab_size zeros
     int num_sms;
     cudaStream_t stream;
 } GPT2;
 
-static size_t io_ints(int B, int T) { return (size_t)5 * B * T + 1; }
+enum { BATCH_INPUTS, BATCH_TARGETS, BATCH_POSITIONS, BATCH_BUCKET_TOKEN, BATCH_BUCKET_START, BATCH_FIELDS };
+enum { HOST_BATCH_A, HOST_BATCH_B, HOST_BATCH_STAGED };
+// ints in a batch buffer: BATCH_FIELDS arrays of B*T, and one more for the bucket starts
+static size_t batch_ints(int B, int T) { return (size_t)BATCH_FIELDS * B * T + 1; }
+// field f of a batch buffer laid out at the model's capacity
+static int *batch_field(const GPT2 *m, int *buf, int f) { return buf + (size_t)f * m->B * m->T; }
 
 // The parameter layout, and the optimizer's over `shard_world` ranks (1: unsharded).
 // Returns NULL, or why the model's slices cannot be sharded that way.
@@ -311,16 +319,15 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     CUDA_CHECK(cudaMalloc(&model->v, ns * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->m, 0, ns * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->v, 0, ns * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&model->info, 8 * sizeof(float)));
-    CUDA_CHECK(cudaMemset(model->info, 0, 8 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&model->info, INFO_SLOTS * sizeof(float)));
+    CUDA_CHECK(cudaMemset(model->info, 0, INFO_SLOTS * sizeof(float)));
 
     // activations
     model->B = B;
     model->T = T;
     model->recompute = recompute;
     model->flash = flash;
-    model->loss_scale = PRECISION == PRECISION_FP16 ? LOSS_SCALE_INIT : 1.0f;
-    model->loss_scale_good_steps = 0;
+    loss_scaler_init(&model->scaler, PRECISION == PRECISION_FP16 ? LOSS_SCALE_INIT : 1.0f);
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
     size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L;
     size_t attn_elems = attention_backward_scratch_elems(B, T, (int)C, (int)NH);
@@ -372,22 +379,23 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         {(void **)&model->acts.flash_scratch, flash_scratch_bytes},
         {(void **)&model->acts.fscratch, fscratch * sizeof(float)},
     };
-    const int first_scratch = 22;
+    // the memory breakdown counts the plan's entries from dresidual on as scratch
     model->act_bytes = model->scratch_bytes = 0;
+    int scratch = 0;
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         size_t bytes = (plan[i].bytes + 255) / 256 * 256;
+        scratch |= plan[i].ptr == (void **)&model->acts.dresidual;
         *plan[i].ptr = NULL;
         if (bytes == 0) continue;  // not used in this configuration
         CUDA_CHECK(cudaMalloc(plan[i].ptr, bytes));
-        if (i < first_scratch) model->act_bytes += bytes;
-        else model->scratch_bytes += bytes;
+        (scratch ? model->scratch_bytes : model->act_bytes) += bytes;
     }
-    CUDA_CHECK(cudaMalloc(&model->d_io, io_ints(B, T) * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&model->d_batch, batch_ints(B, T) * sizeof(int)));
     for (int i = 0; i < 3; i++) {
-        CUDA_CHECK(cudaMallocHost(&model->h_io[i], io_ints(B, T) * sizeof(int)));
-        CUDA_CHECK(cudaEventCreateWithFlags(&model->io_done[i], cudaEventDisableTiming));
+        CUDA_CHECK(cudaMallocHost(&model->h_batch[i], batch_ints(B, T) * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&model->h_batch_sent[i], cudaEventDisableTiming));
     }
-    model->io_next = 0;
+    model->upload_turn = HOST_BATCH_A;
     model->nb = 0;
     model->bucket_counts = (int *)xcalloc((size_t)c->vocab_size, sizeof(int));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -399,9 +407,9 @@ static void gpt2_free(GPT2 *model) {
                     a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->encoded, a->attproj, a->fcproj, a->lnf,
                     a->lnf_mean, a->lnf_rstd, a->logits, a->losses, a->dresidual, a->dln, a->datty, a->dfch,
                     a->dqkv, a->attn_scratch, a->lse, a->flash_scratch, a->fscratch, model->params, model->grads, model->master, model->m,
-                    model->v, model->info, model->d_io, model->gshard};
+                    model->v, model->info, model->d_batch, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
-    for (int i = 0; i < 3; i++) { cudaFreeHost(model->h_io[i]); cudaEventDestroy(model->io_done[i]); }
+    for (int i = 0; i < 3; i++) { cudaFreeHost(model->h_batch[i]); cudaEventDestroy(model->h_batch_sent[i]); }
     free(model->bucket_counts);
     cudaEventDestroy(model->ev_compute);
     cudaEventDestroy(model->ev_comm);
@@ -410,48 +418,49 @@ static void gpt2_free(GPT2 *model) {
     cudaStreamDestroy(model->stream);
 }
 
-#define IO_NEXT 2  // h_io[IO_NEXT]: training's next micro-batch (gpt2_stage_next)
-
 // Fills the pinned buffer h with a micro-batch: the ids (checked against the vocabulary),
 // and the per-token position buckets the deterministic embedding backward uses. targets
 // may be NULL. Returns the number of buckets.
-static int fill_io(GPT2 *model, int *h, const int *inputs, const int *targets, int B, int T) {
+static int fill_batch(GPT2 *model, int *h, const int *inputs, const int *targets, int B, int T) {
     int V = model->config.vocab_size;
-    size_t BT = (size_t)B * T, cap = (size_t)model->B * model->T;
+    size_t BT = (size_t)B * T;
     for (size_t i = 0; i < BT; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %zu is outside the vocabulary (%d)", inputs[i], i, V);
-        if (targets && (targets[i] < 0 || targets[i] >= V)) fatal("target id %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fatal("token id %d at position %zu is outside the vocabulary (%d)", inputs[i], i, V);
+        if (targets && (targets[i] < 0 || targets[i] >= V))
+            fatal("target id %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
     }
-    memcpy(h, inputs, BT * sizeof(int));
-    if (targets) memcpy(h + cap, targets, BT * sizeof(int));
-    return encoder_build_buckets(inputs, (int)BT, V, model->bucket_counts, h + 2 * cap, h + 3 * cap, h + 4 * cap);
+    memcpy(batch_field(model, h, BATCH_INPUTS), inputs, BT * sizeof(int));
+    if (targets) memcpy(batch_field(model, h, BATCH_TARGETS), targets, BT * sizeof(int));
+    return encoder_build_buckets(inputs, (int)BT, V, model->bucket_counts, batch_field(model, h, BATCH_POSITIONS),
+                                 batch_field(model, h, BATCH_BUCKET_TOKEN), batch_field(model, h, BATCH_BUCKET_START));
 }
-// h_io[k] (holding nb buckets) to the device, asynchronously on the compute stream
-static void upload_io(GPT2 *model, int k, int nb) {
-    CUDA_CHECK(cudaMemcpyAsync(model->d_io, model->h_io[k], io_ints(model->B, model->T) * sizeof(int),
+// host buffer k (holding nb buckets) to the device, asynchronously on the compute stream
+static void send_batch(GPT2 *model, int k, int nb) {
+    CUDA_CHECK(cudaMemcpyAsync(model->d_batch, model->h_batch[k], batch_ints(model->B, model->T) * sizeof(int),
                                cudaMemcpyHostToDevice, model->stream));
-    CUDA_CHECK(cudaEventRecord(model->io_done[k], model->stream));
+    CUDA_CHECK(cudaEventRecord(model->h_batch_sent[k], model->stream));
     model->nb = nb;
 }
 
 // Copies a micro-batch to the device (asynchronously, from pinned memory). targets may be
 // NULL. The host waits only for the copy issued two uploads earlier.
 static void gpt2_upload_batch(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
-    int k = model->io_next;
-    model->io_next ^= 1;
-    CUDA_CHECK(cudaEventSynchronize(model->io_done[k]));
-    upload_io(model, k, fill_io(model, model->h_io[k], inputs, targets, B, T));
+    int k = model->upload_turn;
+    model->upload_turn = k == HOST_BATCH_A ? HOST_BATCH_B : HOST_BATCH_A;
+    CUDA_CHECK(cudaEventSynchronize(model->h_batch_sent[k]));
+    send_batch(model, k, fill_batch(model, model->h_batch[k], inputs, targets, B, T));
 }
 
 // Training stages its next micro-batch on the host while the GPU still runs the current one
 // (the ids' checks and the buckets are host work the GPU would otherwise wait for at every
-// step), then sends it with gpt2_upload_next. Uploads in between (evaluation, sampling) use
-// the other buffers.
-static void gpt2_stage_next(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
-    CUDA_CHECK(cudaEventSynchronize(model->io_done[IO_NEXT]));  // its last copy has left
-    model->next_nb = fill_io(model, model->h_io[IO_NEXT], inputs, targets, B, T);
+// step), then sends it with gpt2_upload_staged. Uploads in between (evaluation, sampling)
+// use the other buffers.
+static void gpt2_stage_batch(GPT2 *model, const int *inputs, const int *targets, int B, int T) {
+    CUDA_CHECK(cudaEventSynchronize(model->h_batch_sent[HOST_BATCH_STAGED]));  // its last copy has left
+    model->staged_nb = fill_batch(model, model->h_batch[HOST_BATCH_STAGED], inputs, targets, B, T);
 }
-static void gpt2_upload_next(GPT2 *model) { upload_io(model, IO_NEXT, model->next_nb); }
+static void gpt2_upload_staged(GPT2 *model) { send_batch(model, HOST_BATCH_STAGED, model->staged_nb); }
 
 // Forward over the uploaded inputs (B, T), B <= capacity, T == capacity T. Leaves the
 // logits in acts.logits (B*T, Vp).
@@ -465,7 +474,7 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
     size_t cap = (size_t)model->B * model->T, N = (size_t)B * T;
     size_t attcap = (size_t)model->B * NH * T * T;
     int r = model->recompute;
-    const int *inputs = model->d_io;
+    const int *inputs = batch_field(model, model->d_batch, BATCH_INPUTS);
 
     PROF(PH_ENCODER, encoder_forward(a->encoded, inputs, p[P_WTE], p[P_WPE], B, T, C, s));
     PROF(PH_LAYERNORM, layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p[P_LN1W], p[P_LN1B], (int)N, C, s));
@@ -502,14 +511,15 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
 
 // Loss of the last forward over the uploaded targets: adds loss_scale * sum of the
 // per-position losses to *loss_acc (device). With write_grad, the logits are replaced by
-// d(S * loss_scale * sum of losses)/d(logits), ready for gpt2_backward (S: model->loss_scale).
+// d(S * loss_scale * sum of losses)/d(logits), ready for gpt2_backward (S: model->scaler.scale).
 static void gpt2_loss(GPT2 *model, float *loss_acc, float loss_scale, int write_grad, int B, int T) {
     const GPT2Config *c = &model->config;
     int N = B * T;
-    size_t cap = (size_t)model->B * model->T;
     cudaStream_t s = model->stream;
+    float S = model->inject_overflow ? INFINITY : model->scaler.scale;  // the test hook overflows the gradients
     prof_begin(s);
-    fused_classifier(model->acts.logits, model->acts.losses, model->d_io + cap, loss_scale * model->loss_scale, write_grad, N,
+    fused_classifier(model->acts.logits, model->acts.losses, batch_field(model, model->d_batch, BATCH_TARGETS),
+                     loss_scale * S, write_grad, N,
                      c->vocab_size, c->padded_vocab_size, model->stream);
     loss_accumulate(loss_acc, model->acts.losses, N, loss_scale, model->stream);
     prof_end(PH_CLASSIFIER, s);
@@ -630,13 +640,16 @@ static void gpt2_backward(GPT2 *model) {
                            fs, a->dln, residual, p[P_LN1W] + l * C, ln1_mean, ln1_rstd, (int)N, C, sms, s));
         gpt2_reduce_grads(model, l);  // layer l's gradients are final: send them while layer l - 1 runs
     }
-    int cap = B * T;
-    PROF(PH_ENCODER, encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, model->d_io + 2 * cap, model->d_io + 3 * cap,
-                     model->d_io + 4 * cap, model->nb, B, T, C, s));
+    int *d = model->d_batch;
+    PROF(PH_ENCODER, encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, batch_field(model, d, BATCH_POSITIONS),
+                                      batch_field(model, d, BATCH_BUCKET_TOKEN), batch_field(model, d, BATCH_BUCKET_START),
+                                      model->nb, B, T, C, s));
     gpt2_reduce_grads(model, -1);
 }
 
+// A new step: the gradients and the step's loss accumulator start from zero.
 static void gpt2_zero_grad(GPT2 *model) {
+    CUDA_CHECK(cudaMemsetAsync(model->info + INFO_LOSS, 0, sizeof(float), model->stream));
     CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->grad_elems * sizeof(floatX), model->stream));
     if (model->gshard) CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
 }
@@ -653,7 +666,7 @@ static void gpt2_tune_matmuls(GPT2 *model) {
     gpt2_upload_batch(model, zeros, zeros, B, T);
     g_matmul_tune = 1;
     gpt2_forward(model, B, T);
-    gpt2_loss(model, model->info + 2, 1.0f / ((float)B * T), 1, B, T);
+    gpt2_loss(model, model->info + INFO_LOSS, 1.0f / ((float)B * T), 1, B, T);
     model->last_micro = 0;
     gpt2_backward(model);
     g_matmul_tune = 0;
@@ -704,7 +717,7 @@ static UpdateRuns gpt2_update_runs(GPT2 *m, int k) {
 }
 
 // Global norm, clip factor and AdamW, all on the device (t counts from 1). The loss of
-// the step must already be in info[2]; a non-finite loss or norm skips the update there.
+// the step must already be in info[INFO_LOSS]; a non-finite loss or norm skips the update there.
 // Under ZeRO each rank updates its chunks, then the ranks all-gather the parameters.
 static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
     cudaStream_t s = model->stream;
@@ -719,10 +732,10 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
     grad_sumsq_total(model->info, partials, nparts, s);
     if (model->zl.world > 1) {  // each rank summed its chunks: add the ranks' sums
         comm_after_compute(model);
-        comm_allreduce_sum_f32(model->comm, model->info + 4, 1);
+        comm_allreduce_sum_f32(model->comm, model->info + INFO_SUMSQ, 1);
         compute_after_comm(model);
     }
-    grad_norm_finish(model->info, h->grad_clip, 1.0f / model->loss_scale, s);
+    grad_norm_finish(model->info, h->grad_clip, 1.0f / model->scaler.scale, s);
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         UpdateRuns u = gpt2_update_runs(model, k);
         float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
@@ -752,33 +765,19 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
 // Sampling: row 0 of a B=1 forward holds the text so far (padded with EOT; attention is
 // causal, so the padding does not change the logits at the last real position).
 
-static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, int gen_tokens, float temperature,
-                        uint64_t *rng, Logger *lg) {
+// The logits after ids[0..n) (ids holds T entries), for sample_text: one forward at the
+// full T, the row of position n-1 copied to the host.
+static void next_logits(void *m, const int *ids, int n, float *logits) {
+    GPT2 *model = (GPT2 *)m;
     int T = model->T, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    int *ids = (int *)xmalloc((size_t)T * sizeof(int));
-    for (int i = 0; i < T; i++) ids[i] = GPT2_EOT;
-    int n = 1;
-    if (prompt && *prompt) {
-        TokenVec tv = {0};
-        tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &tv);
-        for (size_t i = 0; i < tv.len && n < T; i++) ids[n++] = (int)tv.data[i];
-        tokenvec_free(&tv);
-    }
+    gpt2_upload_batch(model, ids, NULL, 1, T);
+    gpt2_forward(model, 1, T);
     floatX *row = (floatX *)xmalloc((size_t)Vp * sizeof(floatX));
-    float *probs = (float *)xmalloc((size_t)V * sizeof(float));
-    for (int step = 0; step < gen_tokens && n < T; step++) {
-        gpt2_upload_batch(model, ids, NULL, 1, T);
-        gpt2_forward(model, 1, T);
-        CUDA_CHECK(cudaMemcpyAsync(row, model->acts.logits + (size_t)(n - 1) * Vp, (size_t)Vp * sizeof(floatX),
-                                   cudaMemcpyDeviceToHost, model->stream));
-        CUDA_CHECK(cudaStreamSynchronize(model->stream));
-        for (int v = 0; v < V; v++) probs[v] = to_float(row[v]);
-        ids[n++] = sample_from_logits(probs, probs, V, temperature, rng);
-    }
-    log_sample(lg, tok, ids, n);
+    CUDA_CHECK(cudaMemcpyAsync(row, model->acts.logits + (size_t)(n - 1) * Vp, (size_t)Vp * sizeof(floatX),
+                               cudaMemcpyDeviceToHost, model->stream));
+    CUDA_CHECK(cudaStreamSynchronize(model->stream));
+    for (int v = 0; v < V; v++) logits[v] = to_float(row[v]);
     free(row);
-    free(probs);
-    free(ids);
 }
 
 // ----------------------------------------------------------------------------
@@ -790,12 +789,13 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const char *prompt, i
 // Every rank has reached this point (collective; nothing to do for one rank).
 static void gpt2_barrier(GPT2 *model) {
     if (!gpt2_distributed(model)) return;
-    comm_allreduce_sum_f32(model->comm, model->info + 5, 1);
+    comm_allreduce_sum_f32(model->comm, model->info + INFO_BARRIER, 1);
     CUDA_CHECK(cudaStreamSynchronize(model->comm->stream));
 }
 
-// st carries what the run adds to the state (log length, skipped updates, settings).
-static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, uint64_t rng, TrainState st) {
+// run carries what the run adds to the state (log length, skipped updates, settings).
+static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *dir, int step, uint64_t rng,
+                            const TrainState *run) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     int shard_rank = gpt2_shard_rank(model);
@@ -807,21 +807,16 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     size_t n = model->num_params, ns = model->zl.shard_elems;
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
     float *host = (float *)xmalloc((n > ns ? n : ns) * sizeof(float));
-    TrainState s = st;
+    TrainState s = train_state_for(run, step, rng, loader);
     s.model_crc = 0;  // known to rank 0, which writes the model
     if (model->rank == 0) {  // every rank holds the same parameters
         download_floatX(host, model->params, n);
         s.model_crc = gpt2_checkpoint_write(mp, &model->config, host, PRECISION == PRECISION_BF16);
     }
-    s.step = step;
     s.world_size = model->world;
     s.rank = shard_rank;
-    s.rng = rng;
-    s.loss_scale = model->loss_scale;
-    s.loss_scale_good_steps = model->loss_scale_good_steps;
-    DataLoaderPos pos = dataloader_get_pos(loader);
-    memcpy(s.loader_pos, &pos, sizeof pos);
-    s.loader_pos_bytes = (int)sizeof pos;
+    s.loss_scale = model->scaler.scale;
+    s.loss_scale_good_steps = model->scaler.good_steps;
     s.n = ns;
     s.m = (float *)xmalloc(ns * sizeof(float));
     s.v = (float *)xmalloc(ns * sizeof(float));
@@ -841,7 +836,8 @@ static void save_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     free(host);
 }
 
-static TrainState load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step) {
+static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, TrainState *run,
+                            uint64_t *rng) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     state_path_for_rank(dir, step, gpt2_shard_rank(model), sp, sizeof sp);
@@ -864,78 +860,135 @@ static TrainState load_checkpoint(GPT2 *model, DataLoader *loader, const char *d
     CUDA_CHECK(cudaMemcpy(model->m, s.m, ns * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(model->v, s.v, ns * sizeof(float), cudaMemcpyHostToDevice));
     if (model->master) CUDA_CHECK(cudaMemcpy(model->master, s.master, ns * sizeof(float), cudaMemcpyHostToDevice));
-    DataLoaderPos pos;
-    memcpy(&pos, s.loader_pos, sizeof pos);
-    dataloader_set_pos(loader, pos);
+    train_state_resume(&s, loader, run, rng);
+    if (model->rank == 0) {
+        if (s.has_ext) run_settings_report(s.settings, run->settings);
+        logger_truncate(dir, s.log_bytes);
+    }
     if (PRECISION == PRECISION_FP16) {
         if (!(s.loss_scale > 0.0f) || !isfinite(s.loss_scale)) fatal("%s: bad loss scale %g", sp, s.loss_scale);
-        model->loss_scale = s.loss_scale;
-        model->loss_scale_good_steps = s.loss_scale_good_steps;
+        model->scaler.scale = s.loss_scale;
+        model->scaler.good_steps = s.loss_scale_good_steps;
     }
     free(s.m);
     free(s.v);
     free(params);
-    s.m = s.v = s.master = NULL;
-    return s;
 }
 
 // ----------------------------------------------------------------------------
 // Main
 
-// Mean loss over max_batches (-1: all) validation batches; each rank evaluates its part
-// of every batch and the ranks' sums are added.
-static float evaluate(GPT2 *model, DataLoader *val, int max_batches, int *inputs, int *targets) {
-    dataloader_reset(val);
-    int64_t n = dataloader_batches_per_epoch(val);
-    if (max_batches > 0 && n > max_batches) n = max_batches;
+// Evaluation: each rank runs its part of every validation batch; the losses accumulate on
+// the device, in info[INFO_VAL_LOSS], and the ranks' sums are added at the end.
+static void eval_batch(void *m, const int *inputs, const int *targets, float weight) {
+    GPT2 *model = (GPT2 *)m;
     int B = model->B, T = model->T;
-    float *acc = model->info + 3;
-    CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(float), model->stream));
-    for (int64_t i = 0; i < n; i++) {
-        dataloader_next(val, inputs, targets);
-        gpt2_upload_batch(model, inputs, targets, B, T);
-        gpt2_forward(model, B, T);
-        gpt2_loss(model, acc, 1.0f / ((float)B * T * (float)n * (float)model->world), 0, B, T);
-    }
+    gpt2_upload_batch(model, inputs, targets, B, T);
+    gpt2_forward(model, B, T);
+    gpt2_loss(model, model->info + INFO_VAL_LOSS, weight / ((float)B * T * (float)model->world), 0, B, T);
+}
+
+static float eval_result(void *m) {
+    GPT2 *model = (GPT2 *)m;
+    float *acc = model->info + INFO_VAL_LOSS, loss;
     gpt2_reduce_loss(model, acc);
-    float loss;
     CUDA_CHECK(cudaMemcpyAsync(&loss, acc, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(float), model->stream));  // ready for the next evaluation
     CUDA_CHECK(cudaStreamSynchronize(model->stream));
     return loss;
 }
 
-// Stages training's next micro-batch (gpt2_stage_next): the loader's next one, or with
-// train == NULL (--overfit) the batch already in inputs / targets again.
-static void stage_train_batch(GPT2 *model, DataLoader *train, int *inputs, int *targets) {
-    if (train) dataloader_next(train, inputs, targets);
-    gpt2_stage_next(model, inputs, targets, model->B, model->T);
+// Training's micro-batches: the loader's next one, or with --overfit the first one again;
+// with prefetch, read and staged on the host while the GPU runs the one before.
+typedef struct {
+    GPT2 *model;
+    DataLoader *train;
+    int overfit, prefetch, staged;  // staged: the next batch waits in HOST_BATCH_STAGED
+    int *inputs, *targets;
+} Batches;
+
+static void batches_stage(Batches *b) {
+    if (!b->overfit) dataloader_next(b->train, b->inputs, b->targets);
+    gpt2_stage_batch(b->model, b->inputs, b->targets, b->model->B, b->model->T);
+    b->staged = 1;
 }
 
-// After a step: evaluation, then a sample, then the checkpoint (which records the log so
-// far); at the end of the run the sample comes after the checkpoint, so a failing sample
-// loses nothing. An error says which of these it came from.
-static void after_step(GPT2 *model, const TrainOptions *o, TrainData *data, Logger *lg, TrainState *run,
-                       int *val_inputs, int *val_targets, int can_sample, int step1, int last, uint64_t *rng) {
-    char doing[64];
-    if (val_due(o, data->have_val, step1, last)) {
-        snprintf(doing, sizeof doing, "evaluating after step %d", step1);
-        fatal_context_set(doing);
-        float vl = evaluate(model, &data->val, o->val_batches, val_inputs, val_targets);
-        logger_printf(lg, "val loss %.6f (step %d)\n", vl, step1);
-    }
-    if (!last && sample_due(o, can_sample, step1, last)) {
-        snprintf(doing, sizeof doing, "sampling after step %d", step1);
-        fatal_context_set(doing);
-        gpt2_sample(model, &data->tok, o->prompt, o->gen_tokens, o->temperature, rng, lg);
-    }
-    if (checkpoint_due(o, step1, last)) {
-        snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
-        fatal_context_set(doing);
-        run->log_bytes = logger_bytes(lg);
-        save_checkpoint(model, &data->train, o->out_dir, step1, *rng, *run);
-        if (model->rank == 0) printf("checkpoint written: %s/model_%08d.bin\n", o->out_dir, step1);
-    }
-    fatal_context_set(NULL);
+static void batches_init(Batches *b, GPT2 *model, DataLoader *train, int overfit, int prefetch) {
+    size_t BT = (size_t)model->B * model->T;
+    b->model = model;
+    b->train = train;
+    b->overfit = overfit;
+    b->prefetch = prefetch;
+    b->staged = 0;
+    b->inputs = (int *)xmalloc(BT * sizeof(int));
+    b->targets = (int *)xmalloc(BT * sizeof(int));
+    if (overfit) dataloader_next(train, b->inputs, b->targets);  // the one batch
+}
+
+// The next micro-batch to the device (read now if it was not staged).
+static void batches_upload(Batches *b) {
+    if (!b->staged) batches_stage(b);
+    gpt2_upload_staged(b->model);
+    b->staged = 0;
+}
+
+// Reads and stages the next micro-batch now, if prefetching.
+static void batches_prefetch(Batches *b) {
+    if (b->prefetch) batches_stage(b);
+}
+
+static void batches_free(Batches *b) {
+    free(b->inputs);
+    free(b->targets);
+}
+
+// The step's loss and gradient norm: the step's one host sync.
+static void gpt2_step_result(GPT2 *model, float *loss, float *norm) {
+    float info[INFO_SLOTS];
+    CUDA_CHECK(cudaMemcpyAsync(info, model->info, sizeof info, cudaMemcpyDeviceToHost, model->stream));
+    CUDA_CHECK(cudaStreamSynchronize(model->stream));
+    *loss = info[INFO_LOSS];
+    *norm = info[INFO_NORM];
+}
+
+// The PCI bus id of the current GPU, whose board the energy counter reads.
+static const char *device_pci_bus_id(void) {
+    static char bus[32];
+    int cur = 0;
+    CUDA_CHECK(cudaGetDevice(&cur));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, cur));
+    return bus;
+}
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+// What the work between steps needs (common/train_common.h: after_step).
+typedef struct {
+    GPT2 *model;
+    TrainData *data;
+    const TrainOptions *o;
+    TrainState *run;
+    uint64_t *rng;
+    Logger *lg;
+    int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
+} Trainer;
+
+static float trainer_evaluate(void *t) {
+    Trainer *r = (Trainer *)t;
+    EvalFns f = {eval_batch, eval_result};
+    return evaluate_split(&r->data->val, r->o->val_batches, r->val_inputs, r->val_targets, f, r->model);
+}
+
+static void trainer_sample(void *t) {
+    Trainer *r = (Trainer *)t;
+    sample_text(&r->data->tok, r->o->prompt, r->o->gen_tokens, r->o->temperature, r->model->T,
+                r->model->config.vocab_size, r->rng, r->lg, next_logits, r->model);
+}
+
+static void trainer_save(void *t, int step1) {
+    Trainer *r = (Trainer *)t;
+    save_checkpoint(r->model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
+    if (r->model->rank == 0) printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 
 static long pg_sum_cb(const void *ctx, long v) { return pg_sum_long((const ProcessGroup *)ctx, v); }
@@ -1080,13 +1133,13 @@ int main(int argc, char **argv) {
     if (rank0) {
         printf("device: %s, %d SMs, %.0f MiB; precision %s\n", prop.name, prop.multiProcessorCount,
                prop.totalGlobalMem * mib, PRECISION_NAME);
-        printf("model: L=%d H=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
-               cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, gpt2_num_real_params(&cfg) / 1e6);
+        print_model_banner(&cfg);
         print_memory(&model, device_used_bytes() - used0);
+        int atomic_dq = flash && flash_attention_atomic_dq(cfg.channels / cfg.num_heads, deterministic);
         printf("training: B=%d T=%d x %d rank(s), %d micro-steps per step (%d tokens), %d steps, lr %g (%s), "
                "recompute %d, gelu %s, %s attention%s%s\n", B, T, pg.world, accum, o.total_batch, max_steps, o.lr,
                o.sched_name, recompute, g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
-               flash && !deterministic ? " (atomic-dq backward: not bitwise reproducible)" : "",
+               atomic_dq ? " (atomic-dq backward: not bitwise reproducible)" : "",
                PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
         if (!deterministic)
             printf("matmuls: %d shapes timed over cuBLASLt's candidates, %d of them faster than its first choice\n",
@@ -1097,132 +1150,75 @@ int main(int argc, char **argv) {
     TrainState run;  // what the checkpoints carry besides the weights and moments
     memset(&run, 0, sizeof run);
     run_settings_pack(&o, max_steps, pg.world, run.settings);
-    int start_step = 0;
+    const int start_step = resume_step >= 0 ? resume_step : 0;
     if (resume_step >= 0) {
-        TrainState s = load_checkpoint(&model, &data.train, o.out_dir, resume_step);
-        rng = s.rng;
-        run.skipped_in_a_row = s.skipped_in_a_row;
-        start_step = resume_step;
-        if (rank0) {
-            if (s.has_ext) run_settings_report(s.settings, run.settings);
-            logger_truncate(o.out_dir, s.log_bytes);
-            printf("resumed from %s at step %d\n", o.out_dir, start_step);
-            if (start_step >= max_steps)
-                printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
-        }
+        load_checkpoint(&model, &data.train, o.out_dir, resume_step, &run, &rng);
+        if (rank0) printf("resumed from %s at step %d\n", o.out_dir, start_step);
+        if (rank0 && start_step >= max_steps)
+            printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
     }
     Logger lg;
     logger_init(&lg, o.out_dir, resume_step >= 0, !rank0);
     const int can_sample = rank0 && sampling_possible(&cfg, !rank0);
 
-    int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
-    int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    // evaluation's own batch arrays (with --overfit, inputs and targets hold the one batch)
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
-    double peak_flops = GPU_PEAK_FLOPS_BF16 * pg.world;  // MFU is per GPU
+    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets};
+    const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
+    Batches batches;
+    batches_init(&batches, &model, &data.train, o.overfit, prefetch);
+    const double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
+    const double peak_flops = GPU_PEAK_FLOPS * pg.world;  // MFU is per GPU
     // the mean over positions, micro-steps and ranks (the ranks' losses and gradients are summed)
-    float loss_scale = 1.0f / ((float)B * T * accum * pg.world);
-    if (o.overfit) dataloader_next(&data.train, inputs, targets);
+    const float loss_scale = 1.0f / ((float)B * T * accum * pg.world);
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
-    double sum_dt = 0.0;
-    int timed_steps = 0;
-    EnergyMeter meter;  // this rank's GPU board: joules per timed step, where NVML has the counter
-    {
-        char bus[32] = "";
-        int cur = 0;
-        CUDA_CHECK(cudaGetDevice(&cur));
-        CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, cur));
-        energy_open(&meter, bus);
-    }
-    // the counter is read where the timed steps start and end, and around evaluation,
-    // sampling and checkpoints among them (not the steps' energy), never inside a step: a
-    // read takes ~3 ms on the H200 (NVML; the counter itself moves every ~100 ms)
-    double e_start = 0.0, e_other = 0.0;
-    int staged = 0;  // the next training micro-batch is staged in the host buffer IO_NEXT
+    StepMeter meter;  // this rank's GPU board
+    step_meter_init(&meter, start_step, device_pci_bus_id());
     for (int step = start_step; step < max_steps; step++) {
-        const int timed = step - start_step >= 10;  // steady state: from the 11th step on
-        if (step - start_step == 10) e_start = energy_joules(&meter);
-        double t0 = wall_seconds();
-        int last = step + 1 == max_steps;
-        int ckpt_due = checkpoint_due(&o, step + 1, last);
+        const int step1 = step + 1, last = step1 == max_steps, ckpt_due = checkpoint_due(&o, step1, last);
+        step_meter_begin(&meter, step);
         g_prof.active = profile;
-        // forward and backward over the micro-steps, gradients accumulating; the backward
-        // of the last one also sums them across the ranks (every micro-step under ZeRO-2)
+        model.inject_overflow = test_overflow_step(step1);
+        // forward, loss and backward over the micro-steps (the gradients accumulate, and are
+        // summed across the ranks by the backward)
         gpt2_zero_grad(&model);
-        CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
-            if (!staged) stage_train_batch(&model, o.overfit ? NULL : &data.train, inputs, targets);
-            gpt2_upload_next(&model);
+            batches_upload(&batches);
             gpt2_forward(&model, B, T);
-            gpt2_loss(&model, model.info + 2, loss_scale, 1, B, T);
+            gpt2_loss(&model, model.info + INFO_LOSS, loss_scale, 1, B, T);
             model.last_micro = micro == accum - 1;
             gpt2_backward(&model);
-            // the next micro-batch read and staged while the GPU runs this one; not across a
-            // checkpoint, which records the loader's position as the next batch to train
-            staged = prefetch && (micro + 1 < accum || (!last && !ckpt_due));
-            if (staged) stage_train_batch(&model, o.overfit ? NULL : &data.train, inputs, targets);
+            // the next batch is read while the GPU works; not across a checkpoint, which
+            // records the loader's position as the next batch to train
+            if (micro + 1 < accum || (!last && !ckpt_due)) batches_prefetch(&batches);
         }
-        gpt2_reduce_loss(&model, model.info + 2);
+        gpt2_reduce_loss(&model, model.info + INFO_LOSS);
         // clip and update (skipped on the device if the loss or the norm is not finite)
         opt.lr = lr_at_step(&data.sched, step);
-        gpt2_update(&model, &opt, step + 1);
-        float info[3];
-        CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, model.stream));
-        CUDA_CHECK(cudaStreamSynchronize(model.stream));  // the step's one host sync
-        double dt = wall_seconds() - t0;
+        gpt2_update(&model, &opt, adamw_step_count(&run, step1));
+        float loss, norm;
+        gpt2_step_result(&model, &loss, &norm);  // the step's one host sync
+        double dt = step_meter_end(&meter, step);
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
-        float loss = info[2], norm = info[0];
-        if (timed) { sum_dt += dt; timed_steps++; }
-        logger_printf(&lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
-                      step + 1, max_steps, loss, norm, opt.lr, dt * 1e3, o.total_batch / dt,
-                      100.0 * flops_per_step / dt / peak_flops);
-        if (!isfinite(loss) || !isfinite(norm))
-            logger_printf(&lg, "warning: step %d: non-finite %s; update skipped\n", step + 1, isfinite(loss) ? "gradient norm" : "loss");
-        if (PRECISION == PRECISION_FP16) {  // dynamic loss scaling (every rank sees the same norm)
-            if (!isfinite(norm) && isfinite(loss)) {
-                model.loss_scale = fmaxf(model.loss_scale * 0.5f, 1.0f);
-                model.loss_scale_good_steps = 0;
-                logger_printf(&lg, "loss scale halved to %g\n", model.loss_scale);
-            } else if (isfinite(norm) && ++model.loss_scale_good_steps >= LOSS_SCALE_WINDOW) {
-                model.loss_scale = fminf(model.loss_scale * 2.0f, 16777216.0f);
-                model.loss_scale_good_steps = 0;
-            }
-        }
-        if (step == start_step) { size_t u = device_used_bytes(); if (u > peak_used) peak_used = u; }
-
-        int step1 = step + 1;
-        skipped_updates_check(&run.skipped_in_a_row, !isfinite(loss) || !isfinite(norm), o.max_skipped, step1);
+        // log, then the bookkeeping of skipped updates and of the fp16 loss scale
+        char perf[32];
+        snprintf(perf, sizeof perf, "MFU %.1f%%", 100.0 * flops_per_step / dt / peak_flops);
+        log_step(&lg, step1, max_steps, loss, norm, opt.lr, dt, o.total_batch, perf);
+        updates_record(&run, !isfinite(loss) || !isfinite(norm), o.max_skipped, step1);
+        if (PRECISION == PRECISION_FP16 && loss_scaler_update(&model.scaler, loss, norm) < 0)  // every rank: one norm
+            logger_printf(&lg, "loss scale halved to %g\n", model.scaler.scale);
+        if (step == start_step) peak_used = max_size(peak_used, device_used_bytes());
+        // evaluation, sample, checkpoint (their energy is not the step's)
         const int other = val_due(&o, data.have_val, step1, last) || sample_due(&o, can_sample, step1, last) || ckpt_due;
-        double e_before = timed && other ? energy_joules(&meter) : 0.0;
-        after_step(&model, &o, &data, &lg, &run, val_inputs, val_targets, can_sample, step1, last, &rng);
-        if (timed && other) e_other += energy_joules(&meter) - e_before;
+        step_meter_pause(&meter, step, other);
+        after_step(&o, data.have_val, can_sample, &lg, &run, step1, last, between, &tr);
+        step_meter_resume(&meter, step, other);
     }
-    double steps_joules = timed_steps > 0 ? energy_joules(&meter) - e_start - e_other : 0.0;
-    // the end-of-run sample (also when resuming a finished run: the log was cut back to
-    // its checkpoint, before this sample)
-    if (sample_due(&o, can_sample, max_steps, 1)) {
-        char doing[64];
-        snprintf(doing, sizeof doing, "sampling after the last step (%d)", max_steps);
-        fatal_context_set(doing);
-        gpt2_sample(&model, &data.tok, o.prompt, o.gen_tokens, o.temperature, &rng, &lg);
-        fatal_context_set(NULL);
-    }
-    size_t u = device_used_bytes();
-    if (u > peak_used) peak_used = u;
-    if (rank0 && timed_steps > 0)
-        printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", start_step + 11, max_steps,
-               1e3 * sum_dt / timed_steps, o.total_batch * timed_steps / sum_dt,
-               100.0 * flops_per_step * timed_steps / sum_dt / peak_flops);
-    if (rank0 && timed_steps > 0) {
-        if (meter.get_energy)
-            printf("energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", start_step + 11,
-                   max_steps, pg.world > 1 ? ", rank 0's GPU" : "", steps_joules / timed_steps, steps_joules / sum_dt);
-        else
-            printf("energy: not measured (%s)\n", meter.why);
-    }
+    step_meter_report(&meter, max_steps, o.total_batch, flops_per_step, peak_flops, rank0,
+                      pg.world > 1 ? ", rank 0's GPU" : "");
+    final_sample(&o, can_sample, max_steps, between, &tr);
+    peak_used = max_size(peak_used, device_used_bytes());
     if (rank0 && profile && g_prof.steps > 0) {
         double sum = 0.0;
         printf("profile: mean ms per step over %d steps (CUDA events; excludes the first step)%s\n", g_prof.steps,
@@ -1233,11 +1229,12 @@ int main(int argc, char **argv) {
         }
         printf("  %-22s %8.2f ms\n", "sum of phases", sum);
     }
+    // cudaMemGetInfo sees the whole GPU: what other processes hold is left out by taking
+    // the difference to the start (it counts their changes during the run)
     if (rank0)
-        printf("device memory in use at peak (cudaMemGetInfo, this process and context%s): %.0f MiB\n",
-               pg.world > 1 ? ", rank 0" : "", (peak_used - used0) * mib);
-    free(inputs);
-    free(targets);
+        printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
+               pg.world > 1 ? "; rank 0's GPU" : "", (peak_used - used0) * mib);
+    batches_free(&batches);
     free(val_inputs);
     free(val_targets);
     logger_close(&lg);

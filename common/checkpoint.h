@@ -1,6 +1,6 @@
 // checkpoint.h: the GPT-2 model shape and parameter layout (the one place that defines
 // it), model descriptors (d12 ...), and the readers/writers of the model checkpoint,
-// the reference debug state and the training state. Formats: SPEC.md §3 and README.
+// the reference debug state and the training state. Formats: docs/formats.md.
 // Every reader validates magic, version, sizes and file length and stops with a
 // message naming the file; writers replace files atomically.
 #ifndef COMMON_CHECKPOINT_H
@@ -90,7 +90,7 @@ static inline int gpt2_param_layers(const GPT2Config *c, int tensor) {
     return (tensor == P_WTE || tensor == P_WPE || tensor == P_LNFW || tensor == P_LNFB) ? 1 : c->num_layers;
 }
 
-// Training FLOPs per token, forward + backward (PaLM convention, SPEC §7), for sequence T.
+// Training FLOPs per token, forward + backward (PaLM convention, docs/performance.md), for sequence T.
 static inline double gpt2_flops_per_token(const GPT2Config *c, int T) {
     return 6.0 * (double)gpt2_num_real_params(c) +
            12.0 * c->num_layers * (double)T * c->channels;
@@ -327,7 +327,7 @@ static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config 
 }
 
 // ---------------------------------------------------------------------------
-// Debug state: the reference activations and gradients of one batch (SPEC §3).
+// Debug state: the reference activations and gradients of one batch (docs/formats.md).
 // Version 2: header [2]=B [3]=T; x, y, logits (B,T,V), loss, grads (checkpoint order).
 // Version 3 (ours) adds header [4]=V, [5]=nsteps and appends losses[nsteps] (the loss
 // before each of nsteps AdamW steps on the batch) and hparams[8] = {lr, beta1, beta2,
@@ -382,7 +382,7 @@ static inline void debug_state_read(const char *path, const GPT2Config *cfg, Deb
             fatal("%s: token id out of range at position %zu", path, i);
 }
 
-// The error measure of SPEC §6 for comparing a tensor with the reference: max |a - ref|
+// The error measure of docs/testing.md for comparing a tensor with the reference: max |a - ref|
 // over max |ref| (the max abs error itself in *max_abs_err). A NaN in a propagates.
 static inline double rel_error(const float *a, const float *ref, size_t n, double *max_abs_err) {
     double err = 0.0, scale = 0.0;
@@ -407,6 +407,7 @@ static inline void debug_state_free(DebugState *d) {
 //   [13]=consecutive skipped updates [14..15]=bytes of main.log at this step (int64)
 //   [16]=the model file's checksum [17..31]=the run's settings (common/train_common.h)
 //   [32..63]=data loader position (raw bytes of the loader's POD position struct)
+//   [64]=updates skipped in all (AdamW's step count is the step less these)
 //   [250..251]=checksum tag and CRC-32C (files without the tag: [13..31] unrecorded)
 // then m[n], v[n] (fp32 AdamW moments) and, if has_master, master[n] (fp32 weights).
 // n is this rank's number of optimizer elements (a shard under ZeRO).
@@ -424,7 +425,7 @@ typedef struct {
     size_t n;
     float *m, *v, *master;  // master may be NULL
     // recorded by this version's writer; has_ext = 0 when read from an older file
-    int has_ext, skipped_in_a_row;
+    int has_ext, skipped_in_a_row, skipped_total;
     int64_t log_bytes;    // main.log's length when the checkpoint was written
     uint32_t model_crc;   // checksum of model_<step>.bin, which this state belongs to
     int32_t settings[STATE_SETTINGS];
@@ -451,6 +452,7 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     h[16] = (int)s->model_crc;
     memcpy(&h[17], s->settings, sizeof s->settings);
     memcpy(&h[32], s->loader_pos, (size_t)s->loader_pos_bytes);
+    h[64] = s->skipped_total;
     ChecksummedWriter w;
     cw_open(&w, path, h);
     cw_write(&w, s->m, sizeof(float), s->n);
@@ -529,6 +531,7 @@ static inline void train_state_read(const char *path, TrainState *s) {
     memcpy(s->loader_pos, &h[32], (size_t)h[6]);
     s->has_ext = h[CKSUM_TAG_SLOT] == CKSUM_TAG;
     s->skipped_in_a_row = s->has_ext ? h[13] : 0;
+    s->skipped_total = s->has_ext ? h[64] : 0;
     memcpy(&s->log_bytes, &h[14], 8);
     if (!s->has_ext) s->log_bytes = -1;
     s->model_crc = (uint32_t)h[16];

@@ -1,4 +1,4 @@
-// dataloader.h: reads token shards (SPEC §3) into (inputs, targets) micro-batches.
+// dataloader.h: reads token shards (docs/formats.md) into (inputs, targets) micro-batches.
 //
 // A dataset is a glob pattern of shard files, taken in sorted name order. Each shard is a
 // header of 256 int32 (magic 20240520, version 1 = uint16 tokens or 2 = uint32 tokens,

@@ -389,15 +389,99 @@ static inline int sampling_possible(const GPT2Config *cfg, int quiet) {
     return 0;
 }
 
-// Counts the updates skipped in a row (a non-finite loss or gradient norm) and stops the
-// run after max of them (0: never): a run that skips every update only burns time.
-static inline void skipped_updates_check(int *in_a_row, int skipped, int max, int step1) {
-    *in_a_row = skipped ? *in_a_row + 1 : 0;
-    if (max > 0 && *in_a_row >= max)
+// After a step (skipped: its loss or gradient norm was not finite, so its update was not
+// applied): counts the skipped updates, and stops the run after max of them in a row (0:
+// never), since a run that skips every update only burns time.
+static inline void updates_record(TrainState *run, int skipped, int max, int step1) {
+    run->skipped_in_a_row = skipped ? run->skipped_in_a_row + 1 : 0;
+    run->skipped_total += skipped;
+    if (max > 0 && run->skipped_in_a_row >= max)
         fatal("%d updates in a row were skipped for a non-finite loss or gradient norm (the last at step %d): the run "
               "has diverged, or its weights or data hold NaN/Inf; the checkpoints in -o are intact (lower -l, or "
-              "raise --max-skipped-updates)", *in_a_row, step1);
+              "raise --max-skipped-updates)", run->skipped_in_a_row, step1);
 }
+
+// AdamW's step count t for the update of step step1 (from 1): the updates applied so far
+// plus this one, so that skipped steps do not advance the bias correction.
+static inline int adamw_step_count(const TrainState *run, int step1) { return step1 - run->skipped_total; }
+
+// Test hook: GPT2_TEST_OVERFLOW_STEPS=5,9 makes those steps' gradients non-finite, so that
+// a short run exercises the skipped update (and in the fp16 build the loss scaler).
+static inline int test_overflow_step(int step1) {
+    const char *e = getenv("GPT2_TEST_OVERFLOW_STEPS");
+    for (const char *p = e; p && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v == step1) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+// The step line (perf: the trainer's own last field) and, when the update was skipped, why.
+static inline void log_step(Logger *lg, int step1, int max_steps, float loss, float norm, float lr, double dt,
+                            int tokens, const char *perf) {
+    logger_printf(lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %s\n", step1, max_steps,
+                  loss, norm, lr, dt * 1e3, tokens / dt, perf);
+    if (!isfinite(loss) || !isfinite(norm))
+        logger_printf(lg, "warning: step %d: non-finite %s; update skipped\n", step1,
+                      isfinite(loss) ? "gradient norm" : "loss");
+}
+
+static inline void print_model_banner(const GPT2Config *cfg) {
+    printf("model: L=%d H=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg->num_layers, cfg->num_heads,
+           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, gpt2_num_real_params(cfg) / 1e6);
+}
+
+// The training state's fields that every trainer fills the same way: the step, the RNG,
+// the data loader's position and what the run carries (log length, skipped updates,
+// settings). The trainer adds its optimizer arrays and its rank.
+static inline TrainState train_state_for(const TrainState *run, int step, uint64_t rng, const DataLoader *loader) {
+    TrainState s = *run;
+    s.step = step;
+    s.rng = rng;
+    s.loss_scale = 1.0f;
+    s.world_size = 1;
+    DataLoaderPos pos = dataloader_get_pos(loader);
+    memcpy(s.loader_pos, &pos, sizeof pos);
+    s.loader_pos_bytes = (int)sizeof pos;
+    return s;
+}
+
+// After train_state_read: the loader continues where the checkpoint's stopped, and the
+// run's counters continue from the checkpoint's.
+static inline void train_state_resume(const TrainState *s, DataLoader *loader, TrainState *run, uint64_t *rng) {
+    DataLoaderPos pos;
+    memcpy(&pos, s->loader_pos, sizeof pos);
+    dataloader_set_pos(loader, pos);
+    *rng = s->rng;
+    run->skipped_in_a_row = s->skipped_in_a_row;
+    run->skipped_total = s->skipped_total;
+}
+
+// Mean loss over max_batches (-1: all) batches of the validation split: batch_loss runs the
+// model on one batch and adds its mean loss times weight to the trainer's accumulator;
+// result returns the accumulated mean.
+typedef struct {
+    void (*batch_loss)(void *model, const int *inputs, const int *targets, float weight);
+    float (*result)(void *model);
+} EvalFns;
+
+static inline float evaluate_split(DataLoader *val, int max_batches, int *inputs, int *targets, EvalFns f, void *model) {
+    dataloader_reset(val);
+    int64_t n = dataloader_batches_per_epoch(val);
+    if (max_batches > 0 && n > max_batches) n = max_batches;
+    for (int64_t i = 0; i < n; i++) {
+        dataloader_next(val, inputs, targets);
+        f.batch_loss(model, inputs, targets, 1.0f / (float)n);
+    }
+    return f.result(model);
+}
+
+// Fills logits[0..V) with the model's logits for the token after ids[0..n); ids has maxT
+// entries, those past n hold the end-of-text token.
+typedef void (*NextLogitsFn)(void *model, const int *ids, int n, float *logits);
 
 // Draws an index from probs (n entries summing to ~1) with coin in [0,1).
 static inline int sample_index(const float *probs, int n, float coin) {
@@ -431,6 +515,74 @@ static inline void log_sample(Logger *lg, const Tokenizer *tok, const int *ids, 
         if (bytes) logger_printf(lg, "%.*s", (int)len, (const char *)bytes);
     }
     logger_printf(lg, "\n");
+}
+
+// What a trainer does between steps, behind its own functions (t: its context).
+typedef struct {
+    float (*evaluate)(void *t);        // the mean validation loss
+    void (*sample)(void *t);           // prints a sample through the logger
+    void (*save)(void *t, int step1);  // writes the checkpoint of step step1
+} BetweenStepsFns;
+
+// After step step1: evaluation, then a sample, then the checkpoint (which records the log
+// so far, for a resume to cut it back to). At the end of the run the sample comes after
+// the checkpoint (final_sample), so a failing sample loses nothing. An error says which of
+// these it came from.
+static inline void after_step(const TrainOptions *o, int have_val, int can_sample, Logger *lg, TrainState *run,
+                              int step1, int last, BetweenStepsFns f, void *t) {
+    char doing[64];
+    if (val_due(o, have_val, step1, last)) {
+        snprintf(doing, sizeof doing, "evaluating after step %d", step1);
+        fatal_context_set(doing);
+        float vl = f.evaluate(t);
+        logger_printf(lg, "val loss %.6f (step %d)\n", vl, step1);
+    }
+    if (!last && sample_due(o, can_sample, step1, last)) {
+        snprintf(doing, sizeof doing, "sampling after step %d", step1);
+        fatal_context_set(doing);
+        f.sample(t);
+    }
+    if (checkpoint_due(o, step1, last)) {
+        snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
+        fatal_context_set(doing);
+        run->log_bytes = logger_bytes(lg);
+        f.save(t, step1);
+    }
+    fatal_context_set(NULL);
+}
+
+// The end-of-run sample; also when a finished run is resumed, whose log was cut back to
+// its checkpoint, before this sample.
+static inline void final_sample(const TrainOptions *o, int can_sample, int max_steps, BetweenStepsFns f, void *t) {
+    if (!sample_due(o, can_sample, max_steps, 1)) return;
+    char doing[64];
+    snprintf(doing, sizeof doing, "sampling after the last step (%d)", max_steps);
+    fatal_context_set(doing);
+    f.sample(t);
+    fatal_context_set(NULL);
+}
+
+// Generates up to gen_tokens tokens after the end-of-text token and the prompt (at most
+// maxT in all) and prints them as text.
+static inline void sample_text(const Tokenizer *tok, const char *prompt, int gen_tokens, float temperature, int maxT,
+                               int V, uint64_t *rng, Logger *lg, NextLogitsFn next_logits, void *model) {
+    int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
+    for (int i = 0; i < maxT; i++) ids[i] = GPT2_EOT;
+    int n = 1;
+    if (prompt && *prompt) {
+        TokenVec tv = {0};
+        tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &tv);
+        for (size_t i = 0; i < tv.len && n < maxT; i++) ids[n++] = (int)tv.data[i];
+        tokenvec_free(&tv);
+    }
+    float *probs = (float *)xmalloc((size_t)V * sizeof(float));
+    for (int step = 0; step < gen_tokens && n < maxT; step++) {
+        next_logits(model, ids, n, probs);
+        ids[n++] = sample_from_logits(probs, probs, V, temperature, rng);
+    }
+    log_sample(lg, tok, ids, n);
+    free(probs);
+    free(ids);
 }
 
 #endif // COMMON_TRAIN_COMMON_H

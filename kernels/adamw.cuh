@@ -39,7 +39,7 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
                              float bc2, float eps, float wd, const float *info, uint32_t seed) {
     size_t j = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= len) return;
-    float norm = info[0], clip = info[1], loss = info[2];
+    float norm = info[INFO_NORM], clip = info[INFO_CLIP], loss = info[INFO_LOSS];
     if (!isfinite(norm) || !isfinite(loss)) return;
     size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
     alignas(16) floatX gr[V], pr[V];

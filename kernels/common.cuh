@@ -39,6 +39,18 @@ static inline void cublas_check_impl(cublasStatus_t s, const char *what, const c
 // after every kernel launch: catches bad launch configurations at once (no sync)
 #define LAUNCH_CHECK() cuda_check_impl(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
+// The step's scalars on the device (GPT2.info, INFO_SLOTS floats): written and read by
+// the loss, norm, update and collective kernels, so a step needs one host sync only.
+enum {
+    INFO_NORM = 0,      // the gradient norm (unscaled)
+    INFO_CLIP = 1,      // the factor that turns the stored gradients into clipped true ones
+    INFO_LOSS = 2,      // the step's mean training loss
+    INFO_VAL_LOSS = 3,  // the validation loss being accumulated
+    INFO_SUMSQ = 4,     // the gradients' sum of squares (this rank's, then all ranks')
+    INFO_BARRIER = 5,   // a dummy all-reduced as a barrier between ranks
+    INFO_SLOTS = 8
+};
+
 // ---------------------------------------------------------------------------
 // storage precision of parameters, gradients and activations
 
@@ -105,10 +117,6 @@ __device__ __forceinline__ Vec128<T> load128cs(const T *p) {
 }
 template <typename T>
 __device__ __forceinline__ void store128(T *p, const Vec128<T> &x) { *reinterpret_cast<Vec128<T> *>(p) = x; }
-template <typename T>
-__device__ __forceinline__ void store128cs(T *p, const Vec128<T> &x) {
-    __stcs(reinterpret_cast<int4 *>(p), *reinterpret_cast<const int4 *>(&x));
-}
 
 // 16-byte asynchronous copy global -> shared (cp.async, bypassing L1), in commit groups;
 // valid == false zero-fills the 16 bytes and reads nothing

@@ -5,9 +5,9 @@
 // Under ZeRO each rank sums its own chunks and the totals are added across ranks (by the
 // caller, between grad_sumsq_total and grad_norm_finish). The gradients may be scaled
 // (fp16 loss scaling): inv_scale undoes it.
-// info[4] = sum of squares (this rank's, then the global one),
-// info[0] = norm of grads * inv_scale,
-// info[1] = factor that turns the stored grads into clipped true grads:
+// info[INFO_SUMSQ] = sum of squares (this rank's, then the global one),
+// info[INFO_NORM] = norm of grads * inv_scale,
+// info[INFO_CLIP] = factor that turns the stored grads into clipped true grads:
 //           inv_scale * (grad_clip / norm if norm > grad_clip > 0, else 1)
 #pragma once
 #include "common.cuh"
@@ -48,13 +48,13 @@ __global__ void grad_sumsq_total_kernel(float *info, const float *partials, int 
     float v = 0.0f;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x) v += partials[i];
     v = block_sum(v);
-    if (threadIdx.x == 0) info[4] = v;
+    if (threadIdx.x == 0) info[INFO_SUMSQ] = v;
 }
 
 __global__ void grad_norm_finish_kernel(float *info, float grad_clip, float inv_scale) {
-    float norm = sqrtf(info[4]) * inv_scale;
-    info[0] = norm;
-    info[1] = inv_scale * ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f);
+    float norm = sqrtf(info[INFO_SUMSQ]) * inv_scale;
+    info[INFO_NORM] = norm;
+    info[INFO_CLIP] = inv_scale * ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f);
 }
 
 // Writes grad_sumsq_blocks(len) * slabs partials at partials; returns how many.

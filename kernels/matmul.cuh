@@ -22,11 +22,8 @@ static int g_matmul_tune = 0;
 #define MATMUL_TUNE_CANDIDATES 8
 static int g_tuned_shapes = 0, g_tuned_changed = 0;  // shapes timed; of those, not the first choice
 
-#if PRECISION == PRECISION_FP32
-static const cublasComputeType_t CUBLAS_COMPUTE = CUBLAS_COMPUTE_32F;  // true fp32, no TF32
-#else
-static const cublasComputeType_t CUBLAS_COMPUTE = CUBLAS_COMPUTE_32F;  // bf16 inputs, fp32 accumulation
-#endif
+// fp32 accumulation in every build; the fp32 build's products are true fp32 (no TF32)
+static const cublasComputeType_t CUBLAS_COMPUTE = CUBLAS_COMPUTE_32F;
 
 static void matmul_init(cudaStream_t s) {
     CUBLAS_CHECK(cublasLtCreate(&g_cublaslt));

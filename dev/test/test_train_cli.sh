@@ -168,5 +168,26 @@ st=$?
 if [ $st -eq 0 ] && grep -q 'sampling: off' $W/sv.txt && [ -f $W/sv/model_00000003.bin ]; then ok "small vocabulary: sampling off, final checkpoint written"
 else bad "small vocabulary run (exit $st): $(tail -3 $W/sv.txt)"; fi
 
+# -v 0 never validates and -g 0 never samples, the last step included
+./train_gpt2 $SMALL -x 4 -v 0 -g 0 > $W/quiet.txt 2>&1
+if ! grep -q '^val loss\|^sample' $W/quiet.txt; then ok "-v 0 and -g 0: no validation, no sample"
+else bad "-v 0 -g 0 still printed: $(grep '^val loss\|^sample' $W/quiet.txt)"; fi
+
+# -a 1 (one batch) with validation trains on the same batch as without it
+OVF="$SMALL -x 12 -a 1 -l 1e-3 -k constant"
+./train_gpt2 $OVF -v 0 > $W/ovf0.txt 2>&1
+./train_gpt2 $OVF -v 3 -m 2 > $W/ovf3.txt 2>&1
+if [ -n "$(losses $W/ovf0.txt)" ] && [ "$(losses $W/ovf0.txt)" = "$(losses $W/ovf3.txt)" ]; then ok "-a 1: validation does not replace the batch"
+else bad "-a 1 with validation trains on another batch:"; diff <(losses $W/ovf0.txt) <(losses $W/ovf3.txt); fi
+
+# a skipped update does not advance AdamW's step count: on one batch with a constant lr, 10
+# steps with step 4 skipped end where 9 steps without a skip do (test hook: an overflow)
+GPT2_TEST_OVERFLOW_STEPS=4 ./train_gpt2 $OVF -x 10 -v 0 -g 0 -o $W/skip10 > $W/skip10.txt 2>&1
+./train_gpt2 $OVF -x 9 -v 0 -g 0 -o $W/noskip9 > $W/noskip9.txt 2>&1
+if grep -q 'step 4: non-finite gradient norm; update skipped' $W/skip10.txt &&
+   cmp -s $W/skip10/model_00000010.bin $W/noskip9/model_00000009.bin; then
+    ok "a skipped update leaves AdamW's bias correction where it was"
+else bad "skipped update and AdamW's step count: $(grep -c skipped $W/skip10.txt) skips; models differ"; fi
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

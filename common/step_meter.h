@@ -1,0 +1,72 @@
+// step_meter.h: the GPU trainer's timing and energy over a run's steps. Steps from the
+// 11th on (the steady state) are timed; the board's energy counter (common/energy.h) is
+// read where the timed steps start and end, and around the work between steps
+// (evaluation, sampling, checkpoints), whose energy is not the steps'. It is never read
+// inside a step: a read takes ~3 ms on the H200, and the counter moves every ~100 ms.
+#ifndef COMMON_STEP_METER_H
+#define COMMON_STEP_METER_H
+#include "util.h"
+#include "energy.h"
+
+#define STEP_METER_WARMUP 10  // steps left out of the means
+
+typedef struct {
+    int start_step, timed_steps;
+    double t0, sum_dt, e_start, e_other, e_pause;
+    EnergyMeter energy;
+} StepMeter;
+
+// pci_bus_id: the GPU whose board is measured (as cudaDeviceGetPCIBusId writes it).
+static inline void step_meter_init(StepMeter *sm, int start_step, const char *pci_bus_id) {
+    memset(sm, 0, sizeof *sm);
+    sm->start_step = start_step;
+    energy_open(&sm->energy, pci_bus_id);
+}
+
+static inline int step_meter_timed(const StepMeter *sm, int step) {
+    return step - sm->start_step >= STEP_METER_WARMUP;
+}
+
+static inline void step_meter_begin(StepMeter *sm, int step) {
+    if (step - sm->start_step == STEP_METER_WARMUP) sm->e_start = energy_joules(&sm->energy);
+    sm->t0 = wall_seconds();
+}
+
+// The step's wall time (after its host sync), counted when the step is timed.
+static inline double step_meter_end(StepMeter *sm, int step) {
+    double dt = wall_seconds() - sm->t0;
+    if (step_meter_timed(sm, step)) {
+        sm->sum_dt += dt;
+        sm->timed_steps++;
+    }
+    return dt;
+}
+
+// Around work between steps (other: whether there is any): its energy is left out.
+static inline void step_meter_pause(StepMeter *sm, int step, int other) {
+    if (other && step_meter_timed(sm, step)) sm->e_pause = energy_joules(&sm->energy);
+}
+
+static inline void step_meter_resume(StepMeter *sm, int step, int other) {
+    if (other && step_meter_timed(sm, step)) sm->e_other += energy_joules(&sm->energy) - sm->e_pause;
+}
+
+// Prints the means over the timed steps (last_step: the run's last step, from 1) and
+// closes the energy counter; the energy line only if every read worked.
+static inline void step_meter_report(StepMeter *sm, int last_step, double tokens_per_step, double flops_per_step,
+                                     double peak_flops, int print, const char *board) {
+    double joules = sm->timed_steps > 0 ? energy_joules(&sm->energy) - sm->e_start - sm->e_other : 0.0;
+    if (print && sm->timed_steps > 0) {
+        int first = sm->start_step + STEP_METER_WARMUP + 1, n = sm->timed_steps;
+        printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", first, last_step,
+               1e3 * sm->sum_dt / n, tokens_per_step * n / sm->sum_dt, 100.0 * flops_per_step * n / sm->sum_dt / peak_flops);
+        if (sm->energy.get_energy)
+            printf("energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", first, last_step,
+                   board, joules / n, joules / sm->sum_dt);
+        else
+            printf("energy: not measured (%s)\n", sm->energy.why);
+    }
+    energy_close(&sm->energy);
+}
+
+#endif // COMMON_STEP_METER_H

@@ -1,0 +1,59 @@
+// test_loss_scaler.c: fp16's dynamic loss scaler (common/loss_scaler.h): an overflow
+// halves the scale (never below 1) and restarts the count; a window of clean steps in a
+// row doubles it (never above 2^24); a non-finite loss leaves it alone; the test hooks
+// parse. The GPU test script checks the same in a training run, resume included.
+#include "testutil.h"
+#include "../../common/loss_scaler.h"
+#include "../../common/train_common.h"
+
+static void test_halve_and_double(void) {
+    unsetenv("GPT2_TEST_LOSS_SCALE_WINDOW");
+    LossScaler s;
+    loss_scaler_init(&s, LOSS_SCALE_INIT);
+    CHECK(s.window == 1000 && s.scale == 65536.0f, "defaults: window %d, scale %g", s.window, s.scale);
+    CHECK(loss_scaler_update(&s, 3.0f, INFINITY) == -1 && s.scale == 32768.0f && s.good_steps == 0, "overflow halves");
+    CHECK(loss_scaler_update(&s, 3.0f, NAN) == -1 && s.scale == 16384.0f, "a NaN norm is an overflow too");
+    for (int i = 0; i < 999; i++) CHECK(loss_scaler_update(&s, 3.0f, 1.0f) == 0, "clean step %d changes nothing", i);
+    CHECK(s.good_steps == 999 && s.scale == 16384.0f, "999 clean steps: %d, %g", s.good_steps, s.scale);
+    CHECK(loss_scaler_update(&s, 3.0f, 1.0f) == 1 && s.scale == 32768.0f && s.good_steps == 0, "the 1000th doubles");
+    for (int i = 0; i < 500; i++) loss_scaler_update(&s, 3.0f, 1.0f);
+    loss_scaler_update(&s, 3.0f, INFINITY);
+    CHECK(s.good_steps == 0 && s.scale == 16384.0f, "an overflow restarts the count");
+    CHECK(loss_scaler_update(&s, NAN, NAN) == 0 && s.scale == 16384.0f && s.good_steps == 0,
+          "a non-finite loss is not an overflow of the scale");
+}
+
+static void test_bounds(void) {
+    LossScaler s;
+    loss_scaler_init(&s, 2.0f);
+    loss_scaler_update(&s, 1.0f, INFINITY);
+    loss_scaler_update(&s, 1.0f, INFINITY);
+    CHECK(s.scale == LOSS_SCALE_MIN, "never below 1: %g", s.scale);
+    loss_scaler_init(&s, LOSS_SCALE_MAX);
+    s.window = 2;
+    loss_scaler_update(&s, 1.0f, 1.0f);
+    CHECK(loss_scaler_update(&s, 1.0f, 1.0f) == 0 && s.scale == LOSS_SCALE_MAX, "never above 2^24: %g", s.scale);
+}
+
+static void test_hooks(void) {
+    setenv("GPT2_TEST_LOSS_SCALE_WINDOW", "3", 1);
+    LossScaler s;
+    loss_scaler_init(&s, 8.0f);
+    CHECK(s.window == 3, "window from the environment: %d", s.window);
+    setenv("GPT2_TEST_LOSS_SCALE_WINDOW", "-4", 1);
+    loss_scaler_init(&s, 8.0f);
+    CHECK(s.window == LOSS_SCALE_WINDOW, "a bad window is ignored: %d", s.window);
+    unsetenv("GPT2_TEST_LOSS_SCALE_WINDOW");
+    setenv("GPT2_TEST_OVERFLOW_STEPS", "5,12", 1);
+    CHECK(!test_overflow_step(4) && test_overflow_step(5) && test_overflow_step(12) && !test_overflow_step(1),
+          "overflow steps 5 and 12");
+    unsetenv("GPT2_TEST_OVERFLOW_STEPS");
+    CHECK(!test_overflow_step(5), "no hook, no overflow");
+}
+
+int main(void) {
+    run_case("overflow halves, a clean window doubles", test_halve_and_double);
+    run_case("the scale stays in [1, 2^24]", test_bounds);
+    run_case("test hooks: window and overflow steps", test_hooks);
+    return test_summary();
+}
