@@ -29,7 +29,8 @@ int main(int argc, char **argv) {
     DebugState ref;
     debug_state_read(state_path, c, &ref);
     int B = ref.B, T = ref.T, V = c->vocab_size, Vp = c->padded_vocab_size;
-    printf("model L=%d H=%d C=%d V=%d, batch B=%d T=%d, %d threads\n", c->num_layers, c->num_heads, c->channels, V, B, T, num_threads());
+    printf("model L=%d H=%d C=%d V=%d, batch B=%d T=%d, %d threads\n", c->num_layers, c->num_heads, c->channels, V, B,
+           T, num_threads());
     gpt2_alloc_activations(&model, B, T);
     int failures = 0, checks = 0;
 
@@ -39,19 +40,23 @@ int main(int argc, char **argv) {
     double t_fwd = wall_seconds() - t0;
     double err_max = 0.0, err_abs;
     for (int i = 0; i < B * T; i++) {
-        rel_error(model.acts.logits + (size_t)i * Vp, ref.logits + (size_t)i * V, (size_t)V, &err_abs);  // the abs error
+        rel_error(model.acts.logits + (size_t)i * Vp, ref.logits + (size_t)i * V, (size_t)V,
+                  &err_abs);  // the abs error
         if (!(err_abs <= err_max)) err_max = err_abs;
     }
     double logit_scale = 0.0;
-    for (size_t i = 0; i < (size_t)B * T * V; i++) if (fabs(ref.logits[i]) > logit_scale) logit_scale = fabs(ref.logits[i]);
+    for (size_t i = 0; i < (size_t)B * T * V; i++)
+        if (fabs(ref.logits[i]) > logit_scale) logit_scale = fabs(ref.logits[i]);
     double logits_err = err_max / logit_scale;
     int ok = logits_err <= logits_tol;
     failures += !ok; checks++;
-    printf("%-10s rel err %.3e (max abs %.3e)  tol %.0e  %s\n", "logits", logits_err, err_max, logits_tol, ok ? "ok" : "FAIL");
+    printf("%-10s rel err %.3e (max abs %.3e)  tol %.0e  %s\n", "logits", logits_err, err_max, logits_tol,
+           ok ? "ok" : "FAIL");
     double loss_err = fabs(model.mean_loss - ref.loss) / fabs(ref.loss);
     ok = loss_err <= logits_tol;
     failures += !ok; checks++;
-    printf("%-10s ours %.6f ref %.6f rel err %.3e  %s\n", "loss", model.mean_loss, ref.loss, loss_err, ok ? "ok" : "FAIL");
+    printf("%-10s ours %.6f ref %.6f rel err %.3e  %s\n", "loss", model.mean_loss, ref.loss, loss_err,
+           ok ? "ok" : "FAIL");
 
     // backward: every gradient tensor
     gpt2_zero_grad(&model);
@@ -63,15 +68,18 @@ int main(int argc, char **argv) {
         double e = rel_error(model.grad[k], ref_grad, model.param_sizes[k], &err_abs);
         ok = e <= grad_tol;
         failures += !ok; checks++;
-        printf("grad %-9s rel err %.3e (max abs %.3e)  tol %.0e  %s\n", GPT2_PARAM_NAMES[k], e, err_abs, grad_tol, ok ? "ok" : "FAIL");
+        printf("grad %-9s rel err %.3e (max abs %.3e)  tol %.0e  %s\n", GPT2_PARAM_NAMES[k], e, err_abs, grad_tol,
+               ok ? "ok" : "FAIL");
         ref_grad += model.param_sizes[k];
     }
     printf("forward %.1f ms, backward %.1f ms\n", t_fwd * 1e3, t_bwd * 1e3);
 
     // AdamW steps on the same batch, with the reference's hyperparameters
     if (ref.nsteps > 0) {
-        AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2], ref.hparams[3], ref.hparams[4], ref.hparams[5]};
-        printf("AdamW: lr %g beta1 %g beta2 %g eps %g weight decay %g grad clip %g\n", h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_clip);
+        AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2],
+                         ref.hparams[3], ref.hparams[4], ref.hparams[5]};
+        printf("AdamW: lr %g beta1 %g beta2 %g eps %g weight decay %g grad clip %g\n", h.lr, h.beta1, h.beta2, h.eps,
+               h.weight_decay, h.grad_clip);
         for (int step = 0; step < ref.nsteps; step++) {
             gpt2_forward(&model, ref.x, ref.y, B, T);
             float loss = model.mean_loss;
@@ -81,7 +89,8 @@ int main(int argc, char **argv) {
             double e = fabs((double)loss - ref.losses[step]);
             ok = e <= step_tol;
             failures += !ok; checks++;
-            printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  %s\n", step, loss, ref.losses[step], e, norm, ok ? "ok" : "FAIL");
+            printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  %s\n", step, loss, ref.losses[step],
+                   e, norm, ok ? "ok" : "FAIL");
         }
     } else {
         printf("debug state has no AdamW steps (version 2): step check skipped\n");

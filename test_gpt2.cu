@@ -71,11 +71,14 @@ int main(int argc, char **argv) {
         {NULL, "--step-tol", ARG_FLOAT, &step_tol, "tolerance on each AdamW step's loss (absolute)"},
         {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
         {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2"},
-        {"-f", "--flash-attention", ARG_INT, &flash, "1: flash attention, 0: plain attention, -1: flash where supported"},
-        {NULL, "--deterministic", ARG_INT, &deterministic, "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
+        {"-f", "--flash-attention", ARG_INT, &flash,
+         "1: flash attention, 0: plain attention, -1: flash where supported"},
+        {NULL, "--deterministic", ARG_INT, &deterministic,
+         "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
-               "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME " build) with the PyTorch reference.");
+               "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
+               " build) with the PyTorch reference.");
     if (recompute < 0 || recompute > 2) fatal("-r must be 0, 1 or 2");
     if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
@@ -96,15 +99,17 @@ int main(int argc, char **argv) {
     size_t BT = (size_t)B * T;
     g_fuse_gelu = fuse_gelu;
     if (flash == FLASH_AUTO) flash = flash_supported(&model.config);
-    if (flash && !flash_supported(&model.config)) fatal("-f 1: flash attention does not support this build or head size");
+    if (flash && !flash_supported(&model.config))
+        fatal("-f 1: flash attention does not support this build or head size");
     model.deterministic = deterministic;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) model.scaler.scale = 1024.0f;
-    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s\n", PRECISION_NAME,
-           c->num_layers, c->num_heads, c->channels, V, B, T, recompute, g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
+    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s\n",
+           PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, recompute,
+           g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
            flash && !deterministic ? " (atomic-dq backward)" : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
@@ -132,7 +137,8 @@ int main(int argc, char **argv) {
     e = fabs(loss - ref.loss) / fabs(ref.loss);
     ok = e <= loss_tol;
     failures += !ok; checks++;
-    printf("%-14s ours %.6f ref %.6f rel err %.3e  tol %.0e  %s\n", "loss", loss, ref.loss, e, loss_tol, ok ? "ok" : "FAIL");
+    printf("%-14s ours %.6f ref %.6f rel err %.3e  tol %.0e  %s\n", "loss", loss, ref.loss, e, loss_tol,
+           ok ? "ok" : "FAIL");
     free(logits);
 
     // backward: every gradient tensor
@@ -155,7 +161,8 @@ int main(int argc, char **argv) {
 
     // AdamW steps on the same batch, with the reference's hyperparameters
     if (ref.nsteps > 0) {
-        AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2], ref.hparams[3], ref.hparams[4], ref.hparams[5]};
+        AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2],
+                         ref.hparams[3], ref.hparams[4], ref.hparams[5]};
         printf("AdamW: lr %g beta1 %g beta2 %g eps %g weight decay %g grad clip %g\n", h.lr, h.beta1, h.beta2, h.eps,
                h.weight_decay, h.grad_clip);
         // step 0 reuses the gradients just checked

@@ -377,7 +377,8 @@ static void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int
     if ((size_t)B * T > (size_t)model->B * model->T || T > model->T)
         fatal("internal: forward with B=%d T=%d beyond the allocated B=%d T=%d", B, T, model->B, model->T);
     for (int i = 0; i < B * T; i++)
-        if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary (%d)", inputs[i], i, V);
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fatal("token id %d at position %d is outside the vocabulary (%d)", inputs[i], i, V);
     // per-layer activations are laid out at the allocated capacity
     size_t BTcap = (size_t)model->B * model->T, N = (size_t)B * T;
     size_t attcap = (size_t)model->B * NH * model->T * model->T;
@@ -411,7 +412,8 @@ static void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int
     matmul_forward(a->logits, a->lnf, p[P_WTE], NULL, (int)N, C, Vp);  // lm_head tied to wte
     if (targets) {
         for (size_t i = 0; i < N; i++)
-            if (targets[i] < 0 || targets[i] >= V) fatal("target id %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
+            if (targets[i] < 0 || targets[i] >= V)
+                fatal("target id %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
     }
     softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, (int)N, V, Vp);
     if (targets) {
@@ -607,32 +609,21 @@ static void eval_batch(void *ctx, const int *inputs, const int *targets, float w
 
 static float eval_result(void *ctx) { return (float)((EvalAcc *)ctx)->sum; }
 
-// What the work between steps needs (common/train_common.h: after_step).
-typedef struct {
-    GPT2 *model;
-    TrainData *data;
-    const TrainOptions *o;
-    TrainState *run;
-    uint64_t *rng;
-    Logger *lg;
-    int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
-} Trainer;
-
 static float trainer_evaluate(void *t) {
     Trainer *r = (Trainer *)t;
-    EvalAcc e = {r->model, 0.0};
+    EvalAcc e = {(GPT2 *)r->model, 0.0};
     EvalFns f = {eval_batch, eval_result};
     return evaluate_split(&r->data->val, r->o->val_batches, r->val_inputs, r->val_targets, f, &e);
 }
 
 static void trainer_sample(void *t) {
     Trainer *r = (Trainer *)t;
-    gpt2_sample(r->model, &r->data->tok, r->o, r->rng, r->lg);
+    gpt2_sample((GPT2 *)r->model, &r->data->tok, r->o, r->rng, r->lg);
 }
 
 static void trainer_save(void *t, int step1) {
     Trainer *r = (Trainer *)t;
-    save_checkpoint(r->model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
+    save_checkpoint((GPT2 *)r->model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
     printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 

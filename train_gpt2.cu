@@ -331,14 +331,16 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
     size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L;
     size_t attn_elems = attention_backward_scratch_elems(B, T, (int)C, (int)NH);
-    if (attention_forward_scratch_elems(B, T, (int)C) > attn_elems) attn_elems = attention_forward_scratch_elems(B, T, (int)C);
+    if (attention_forward_scratch_elems(B, T, (int)C) > attn_elems)
+        attn_elems = attention_forward_scratch_elems(B, T, (int)C);
     size_t att_bytes = L * (size_t)B * NH * T * T * sizeof(floatX), lse_bytes = 0, flash_scratch_bytes = 0;
     if (flash) {
         att_bytes = 0;
         attn_elems = 0;
         lse_bytes = L * (size_t)B * NH * T * sizeof(float);
         flash_attention_set_deterministic(model->deterministic);
-        flash_scratch_bytes = flash_attention_backward_scratch_elems(B, T, (int)C, (int)NH, model->deterministic) * sizeof(float);
+        flash_scratch_bytes =
+            flash_attention_backward_scratch_elems(B, T, (int)C, (int)NH, model->deterministic) * sizeof(float);
     }
     size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
     if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
@@ -403,11 +405,13 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
 
 static void gpt2_free(GPT2 *model) {
     Activations *a = &model->acts;
-    void *ptrs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty, a->residual2, a->ln2, a->ln2_mean,
-                    a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->encoded, a->attproj, a->fcproj, a->lnf,
-                    a->lnf_mean, a->lnf_rstd, a->logits, a->losses, a->dresidual, a->dln, a->datty, a->dfch,
-                    a->dqkv, a->attn_scratch, a->lse, a->flash_scratch, a->fscratch, model->params, model->grads, model->master, model->m,
-                    model->v, model->info, model->d_batch, model->gshard};
+    void *ptrs[] = {a->ln1,         a->ln1_mean,  a->ln1_rstd,     a->qkv,       a->att,           a->atty,
+                    a->residual2,   a->ln2,       a->ln2_mean,     a->ln2_rstd,  a->fch,           a->fch_gelu,
+                    a->residual3,   a->encoded,   a->attproj,      a->fcproj,    a->lnf,           a->lnf_mean,
+                    a->lnf_rstd,    a->logits,    a->losses,       a->dresidual, a->dln,           a->datty,
+                    a->dfch,        a->dqkv,      a->attn_scratch, a->lse,       a->flash_scratch, a->fscratch,
+                    model->params,  model->grads, model->master,   model->m,     model->v,         model->info,
+                    model->d_batch, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
     for (int i = 0; i < 3; i++) { cudaFreeHost(model->h_batch[i]); cudaEventDestroy(model->h_batch_sent[i]); }
     free(model->bucket_counts);
@@ -467,7 +471,8 @@ static void gpt2_upload_staged(GPT2 *model) { send_batch(model, HOST_BATCH_STAGE
 static void gpt2_forward(GPT2 *model, int B, int T) {
     const GPT2Config *c = &model->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
-    if (B > model->B || T != model->T) fatal("internal: forward with B=%d T=%d, allocated B=%d T=%d", B, T, model->B, model->T);
+    if (B > model->B || T != model->T)
+        fatal("internal: forward with B=%d T=%d, allocated B=%d T=%d", B, T, model->B, model->T);
     cudaStream_t s = model->stream;
     Activations *a = &model->acts;
     floatX **p = model->param;
@@ -477,7 +482,8 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
     const int *inputs = batch_field(model, model->d_batch, BATCH_INPUTS);
 
     PROF(PH_ENCODER, encoder_forward(a->encoded, inputs, p[P_WTE], p[P_WPE], B, T, C, s));
-    PROF(PH_LAYERNORM, layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p[P_LN1W], p[P_LN1B], (int)N, C, s));
+    PROF(PH_LAYERNORM,
+         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p[P_LN1W], p[P_LN1B], (int)N, C, s));
     for (int l = 0; l < L; l++) {
         floatX *ln1 = a->ln1 + (r >= 2 ? 0 : l * cap * C);
         floatX *qkv = a->qkv + l * cap * 3 * C, *att = a->att + l * attcap, *atty = a->atty + l * cap * C;
@@ -486,20 +492,28 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
         floatX *residual3 = a->residual3 + l * cap * C;
         const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * cap * C;
 
-        PROF(PH_MATMUL, matmul_forward(qkv, NULL, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, (int)N, C, 3 * C, s));
-        if (model->flash) PROF(PH_ATTENTION, flash_attention_forward(atty, a->lse + (size_t)l * model->B * NH * T, qkv, B, T, C, NH, s));
+        PROF(PH_MATMUL, matmul_forward(qkv, NULL, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, (int)N,
+                                       C, 3 * C, s));
+        if (model->flash)
+            PROF(PH_ATTENTION,
+                 flash_attention_forward(atty, a->lse + (size_t)l * model->B * NH * T, qkv, B, T, C, NH, s));
         else PROF(PH_ATTENTION, attention_forward(atty, att, qkv, a->attn_scratch, B, T, C, NH, s));
-        PROF(PH_MATMUL, matmul_forward(a->attproj, NULL, atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, (int)N, C, C, s));
-        PROF(PH_LAYERNORM, fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * cap, a->ln2_rstd + l * cap, residual,
-                                         a->attproj, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
-        PROF(PH_MATMUL, matmul_forward(fch_gelu, fch, ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C, (int)N, C, 4 * C, s));
-        PROF(PH_MATMUL, matmul_forward(a->fcproj, NULL, fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, (int)N, 4 * C, C, s));
+        PROF(PH_MATMUL, matmul_forward(a->attproj, NULL, atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C,
+                                       (int)N, C, C, s));
+        PROF(PH_LAYERNORM,
+             fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * cap, a->ln2_rstd + l * cap, residual,
+                                              a->attproj, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
+        PROF(PH_MATMUL, matmul_forward(fch_gelu, fch, ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C,
+                                       (int)N, C, 4 * C, s));
+        PROF(PH_MATMUL, matmul_forward(a->fcproj, NULL, fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C,
+                                       p[P_FCPROJB] + l * C, (int)N, 4 * C, C, s));
         // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
         prof_begin(s);
         if (l + 1 < L) {
             floatX *ln1_next = a->ln1 + (r >= 2 ? 0 : (l + 1) * cap * C);
-            fused_residual_layernorm_forward(residual3, ln1_next, a->ln1_mean + (l + 1) * cap, a->ln1_rstd + (l + 1) * cap,
-                                             residual2, a->fcproj, p[P_LN1W] + (l + 1) * C, p[P_LN1B] + (l + 1) * C, (int)N, C, s);
+            fused_residual_layernorm_forward(residual3, ln1_next, a->ln1_mean + (l + 1) * cap,
+                                             a->ln1_rstd + (l + 1) * cap, residual2, a->fcproj, p[P_LN1W] + (l + 1) * C,
+                                             p[P_LN1B] + (l + 1) * C, (int)N, C, s);
         } else {
             fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, a->fcproj,
                                              p[P_LNFW], p[P_LNFB], (int)N, C, s);
@@ -562,8 +576,8 @@ static void gpt2_reduce_grads(GPT2 *m, int l) {
         const ZeroTensor *t = &m->zl.t[k];
         if ((l < 0) != (t->layers == 1)) continue;
         floatX *g = grad_at(m, k, l < 0 ? 0 : l);
-        grad_shard_accumulate(m->gshard + t->shard_offset + (size_t)(l < 0 ? 0 : l) * t->chunk, g + (size_t)rank * t->chunk,
-                              t->chunk, c->stream);
+        grad_shard_accumulate(m->gshard + t->shard_offset + (size_t)(l < 0 ? 0 : l) * t->chunk,
+                              g + (size_t)rank * t->chunk, t->chunk, c->stream);
         CUDA_CHECK(cudaMemsetAsync(g, 0, t->slice * sizeof(floatX), c->stream));
     }
     CUDA_CHECK(cudaEventRecord(m->ev_free[l < 0 ? 2 : (l & 1)], c->stream));
@@ -581,7 +595,8 @@ static void gpt2_backward(GPT2 *model) {
     float *fs = a->fscratch;
     int r = model->recompute, sms = model->num_sms;
 
-    if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[2], 0));  // last micro-step's reduce-scatter
+    if (gpt2_zero2(model))
+        CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[2], 0));  // last micro-step's reduce-scatter
     // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
     PROF(PH_MATMUL, matmul_backward(a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, (int)N, C, Vp, s));
     CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, N * C * sizeof(floatX), s));
@@ -589,22 +604,27 @@ static void gpt2_backward(GPT2 *model) {
     // bias gradient of the linear layer whose output gradient dresidual is next (lnf and
     // ln1: the fcproj below; ln2: attproj), so those two layers skip their bias passes.
     if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[(L - 1) & 1], 0));  // fcproj bias slot
-    PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], grad_at(model, P_FCPROJB, L - 1), fs, a->dln,
-                       a->residual3 + (L - 1) * N * C, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, C, sms, s));
+    PROF(PH_LAYERNORM,
+         layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], grad_at(model, P_FCPROJB, L - 1), fs, a->dln,
+                            a->residual3 + (L - 1) * N * C, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)N, C, sms, s));
 
     // dresidual carries the gradient of the residual stream down through the layers
     for (int l = L - 1; l >= 0; l--) {
         const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
         floatX *ln1 = a->ln1 + (r >= 2 ? 0 : l * N * C), *qkv = a->qkv + l * N * 3 * C, *atty = a->atty + l * N * C;
-        floatX *att = a->att + l * attsz, *residual2 = a->residual2 + l * N * C, *ln2 = a->ln2 + (r >= 2 ? 0 : l * N * C);
+        floatX *att = a->att + l * attsz, *residual2 = a->residual2 + l * N * C,
+               *ln2 = a->ln2 + (r >= 2 ? 0 : l * N * C);
         floatX *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + (r >= 1 ? 0 : l * N * 4 * C);
         float *ln1_mean = a->ln1_mean + l * N, *ln1_rstd = a->ln1_rstd + l * N;
         float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
-        if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[l & 1], 0));  // slot of layer l + 2 sent
+        if (gpt2_zero2(model))
+            CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[l & 1], 0));  // slot of layer l + 2 sent
 
         // recompute what forward did not keep
         if (r >= 1) PROF(PH_GELU, gelu_forward(fch_gelu, fch, (long)N * 4 * C, s));
-        if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
+        if (r >= 2)
+            PROF(PH_LAYERNORM, layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W] + l * C,
+                                                 p[P_LN2B] + l * C, (int)N, C, s));
 
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
         PROF(PH_MATMUL, matmul_backward(a->dfch, grad_at(model, P_FCPROJW, l), NULL, fs, a->dresidual, fch_gelu,
@@ -616,7 +636,9 @@ static void gpt2_backward(GPT2 *model) {
                            (int)N, C, sms, s));
 
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        if (r >= 2) PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)N, C, s));
+        if (r >= 2)
+            PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C,
+                                                 p[P_LN1B] + l * C, (int)N, C, s));
         PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), NULL, fs, a->dresidual, atty,
                         p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C, s));
         // The qkv bias gradient, in thirds with flash attention: q's is a pass over dq; k's is
@@ -625,25 +647,27 @@ static void gpt2_backward(GPT2 *model) {
         // sum of datty, which the attention backward reads anyway.
         floatX *dqkvb = grad_at(model, P_QKVB, l);
         if (model->flash)
-            PROF(PH_ATTENTION, flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, qkv, atty,
-                                                        a->lse + (size_t)l * B * NH * T, a->flash_scratch, B, T, C, NH, s));
+            PROF(PH_ATTENTION,
+                 flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, qkv, atty, a->lse + (size_t)l * B * NH * T,
+                                          a->flash_scratch, B, T, C, NH, s));
         else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
-        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), model->flash ? NULL : dqkvb, fs, a->dqkv, ln1,
-                        p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
+        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), model->flash ? NULL : dqkvb, fs, a->dqkv,
+                                        ln1, p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
         if (model->flash) PROF(PH_MATMUL, bias_backward(dqkvb, fs, a->dqkv, (int)N, C, 3 * C, s));
         floatX *dbias_below = NULL;  // layer l - 1's fcproj bias gradient (layer 0: the encoder is below)
         if (l > 0) {
             if (gpt2_zero2(model)) CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[(l - 1) & 1], 0));  // its slot sent
             dbias_below = grad_at(model, P_FCPROJB, l - 1);
         }
-        PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN1W, l), grad_at(model, P_LN1B, l), dbias_below,
-                           fs, a->dln, residual, p[P_LN1W] + l * C, ln1_mean, ln1_rstd, (int)N, C, sms, s));
+        PROF(PH_LAYERNORM,
+             layernorm_backward(a->dresidual, grad_at(model, P_LN1W, l), grad_at(model, P_LN1B, l), dbias_below, fs,
+                                a->dln, residual, p[P_LN1W] + l * C, ln1_mean, ln1_rstd, (int)N, C, sms, s));
         gpt2_reduce_grads(model, l);  // layer l's gradients are final: send them while layer l - 1 runs
     }
     int *d = model->d_batch;
     PROF(PH_ENCODER, encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, batch_field(model, d, BATCH_POSITIONS),
-                                      batch_field(model, d, BATCH_BUCKET_TOKEN), batch_field(model, d, BATCH_BUCKET_START),
-                                      model->nb, B, T, C, s));
+                                      batch_field(model, d, BATCH_BUCKET_TOKEN),
+                                      batch_field(model, d, BATCH_BUCKET_START), model->nb, B, T, C, s));
     gpt2_reduce_grads(model, -1);
 }
 
@@ -651,7 +675,8 @@ static void gpt2_backward(GPT2 *model) {
 static void gpt2_zero_grad(GPT2 *model) {
     CUDA_CHECK(cudaMemsetAsync(model->info + INFO_LOSS, 0, sizeof(float), model->stream));
     CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->grad_elems * sizeof(floatX), model->stream));
-    if (model->gshard) CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
+    if (model->gshard)
+        CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
 }
 
 // --deterministic 0: one forward and backward of a dummy (all token 0) micro-batch with
@@ -962,17 +987,6 @@ static const char *device_pci_bus_id(void) {
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-// What the work between steps needs (common/train_common.h: after_step).
-typedef struct {
-    GPT2 *model;
-    TrainData *data;
-    const TrainOptions *o;
-    TrainState *run;
-    uint64_t *rng;
-    Logger *lg;
-    int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
-} Trainer;
-
 static float trainer_evaluate(void *t) {
     Trainer *r = (Trainer *)t;
     EvalFns f = {eval_batch, eval_result};
@@ -981,14 +995,16 @@ static float trainer_evaluate(void *t) {
 
 static void trainer_sample(void *t) {
     Trainer *r = (Trainer *)t;
-    sample_text(&r->data->tok, r->o->prompt, r->o->gen_tokens, r->o->temperature, r->model->T,
-                r->model->config.vocab_size, r->rng, r->lg, next_logits, r->model);
+    GPT2 *model = (GPT2 *)r->model;
+    sample_text(&r->data->tok, r->o->prompt, r->o->gen_tokens, r->o->temperature, model->T, model->config.vocab_size,
+                r->rng, r->lg, next_logits, model);
 }
 
 static void trainer_save(void *t, int step1) {
     Trainer *r = (Trainer *)t;
-    save_checkpoint(r->model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
-    if (r->model->rank == 0) printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
+    GPT2 *model = (GPT2 *)r->model;
+    save_checkpoint(model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
+    if (model->rank == 0) printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 
 static long pg_sum_cb(const void *ctx, long v) { return pg_sum_long((const ProcessGroup *)ctx, v); }
@@ -1011,11 +1027,12 @@ static void print_memory(const GPT2 *model, size_t in_use) {
            model->act_bytes * mib, model->scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
     if (model->world > 1) {
         size_t full_opt = (model->master ? np * 4 : 0) + np * 8, full_grad = np * sizeof(floatX);
-        printf("data parallel: %d ranks (%s), ZeRO-%d: per rank, optimizer state %.0f MiB (unsharded %.0f, saves %.0f), "
-               "gradients %.0f MiB (unsharded %.0f, saves %.0f)\n",
-               model->world, comm_backend_name(model->comm->backend), model->zero_stage, opt_bytes * mib,
-               full_opt * mib, (full_opt - opt_bytes) * mib, grad_bytes * mib, full_grad * mib,
-               full_grad > grad_bytes ? (full_grad - grad_bytes) * mib : 0.0);
+        printf(
+            "data parallel: %d ranks (%s), ZeRO-%d: per rank, optimizer state %.0f MiB (unsharded %.0f, saves %.0f), "
+            "gradients %.0f MiB (unsharded %.0f, saves %.0f)\n",
+            model->world, comm_backend_name(model->comm->backend), model->zero_stage, opt_bytes * mib, full_opt * mib,
+            (full_opt - opt_bytes) * mib, grad_bytes * mib, full_grad * mib,
+            full_grad > grad_bytes ? (full_grad - grad_bytes) * mib : 0.0);
     }
 }
 
@@ -1032,17 +1049,34 @@ int main(int argc, char **argv) {
     const char *comm_name = "nccl";
     ArgSpec specs[TRAIN_OPTIONS_COUNT + 11];
     int nspecs = train_options_specs(&o, specs);
-    specs[nspecs++] = arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
-    specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash, "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T matrix, -1: flash where supported");
-    specs[nspecs++] = arg_spec("-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)");
-    specs[nspecs++] = arg_spec("-z", "--zero-stage", ARG_INT, &zero_stage, "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the gradients");
-    specs[nspecs++] = arg_spec(NULL, "--comm", ARG_STRING, &comm_name, "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; ranks may share a GPU: for tests)");
-    specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z, "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
-    specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z, "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
-    specs[nspecs++] = arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
-    specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch, "1: read and prepare the next micro-batch on the host while the GPU runs the current one, 0: when its micro-step starts");
-    specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile, "1: time each phase of the step with CUDA events, print a table at the end");
-    specs[nspecs++] = arg_spec(NULL, "--deterministic", ARG_INT, &deterministic, "1: bitwise-reproducible runs (fixed summation order everywhere), 0: faster, not reproducible (flash attention's atomic-dq backward, matmul algorithms picked by timing)");
+    specs[nspecs++] =
+        arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
+    specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash,
+                               "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores "
+                               "the T x T matrix, -1: flash where supported");
+    specs[nspecs++] =
+        arg_spec("-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)");
+    specs[nspecs++] = arg_spec(
+        "-z", "--zero-stage", ARG_INT, &zero_stage,
+        "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the gradients");
+    specs[nspecs++] = arg_spec(NULL, "--comm", ARG_STRING, &comm_name,
+                               "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; "
+                               "ranks may share a GPU: for tests)");
+    specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z,
+                               "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
+    specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z,
+                               "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
+    specs[nspecs++] =
+        arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
+    specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch,
+                               "1: read and prepare the next micro-batch on the host while the GPU runs the current "
+                               "one, 0: when its micro-step starts");
+    specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile,
+                               "1: time each phase of the step with CUDA events, print a table at the end");
+    specs[nspecs++] =
+        arg_spec(NULL, "--deterministic", ARG_INT, &deterministic,
+                 "1: bitwise-reproducible runs (fixed summation order everywhere), 0: faster, not reproducible (flash "
+                 "attention's atomic-dq backward, matmul algorithms picked by timing)");
     args_parse(argc, argv, specs, nspecs,
                "usage: train_gpt2cu [options]\n"
                "       mpirun -np N train_gpt2cu [options]     (N ranks, one GPU each)\n\n"
@@ -1054,11 +1088,13 @@ int main(int argc, char **argv) {
     const int B = o.B, T = o.T;
     if (recompute < 0 || recompute > 2) fatal("-r (recompute) must be 0, 1 or 2, got %d", recompute);
     if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
-    if (flash == 1 && PRECISION == PRECISION_FP32) fatal("-f 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use -f 0");
+    if (flash == 1 && PRECISION == PRECISION_FP32)
+        fatal("-f 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use -f 0");
     if (master_weights != 0 && master_weights != 1) fatal("-w must be 0 or 1");
     if (zero_stage < 0 || zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", zero_stage);
     int backend = comm_backend_parse(comm_name);
-    if (backend != COMM_BACKEND_NCCL && backend != COMM_BACKEND_MPI) fatal("--comm must be nccl or mpi, got '%s'", comm_name);
+    if (backend != COMM_BACKEND_NCCL && backend != COMM_BACKEND_MPI)
+        fatal("--comm must be nccl or mpi, got '%s'", comm_name);
     if (pg.world > 1 && !pg.using_mpi) {  // ranks from the environment: what the backends need
         if (backend == COMM_BACKEND_MPI) fatal("--comm mpi needs the ranks launched by mpirun; use --comm nccl");
         const char *id_file = getenv("GPT2_NCCL_ID_FILE");
@@ -1210,7 +1246,8 @@ int main(int argc, char **argv) {
             logger_printf(&lg, "loss scale halved to %g\n", model.scaler.scale);
         if (step == start_step) peak_used = max_size(peak_used, device_used_bytes());
         // evaluation, sample, checkpoint (their energy is not the step's)
-        const int other = val_due(&o, data.have_val, step1, last) || sample_due(&o, can_sample, step1, last) || ckpt_due;
+        const int other =
+            val_due(&o, data.have_val, step1, last) || sample_due(&o, can_sample, step1, last) || ckpt_due;
         step_meter_pause(&meter, step, other);
         after_step(&o, data.have_val, can_sample, &lg, &run, step1, last, between, &tr);
         step_meter_resume(&meter, step, other);

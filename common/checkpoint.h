@@ -305,7 +305,8 @@ static inline void config_to_header(const GPT2Config *c, int version, int *h) {
 
 // Writes fp32 params (n = gpt2_num_params) as version 3, or as bf16 version 5; returns
 // the file's checksum (a training state records it, to tie itself to this model file).
-static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config *cfg, const float *params, int as_bf16) {
+static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config *cfg, const float *params,
+                                             int as_bf16) {
     int h[HEADER_INTS];
     config_to_header(cfg, as_bf16 ? CKPT_VERSION_BF16 : CKPT_VERSION_FP32, h);
     size_t n = gpt2_num_params(cfg);
@@ -347,21 +348,24 @@ static inline void debug_state_read(const char *path, const GPT2Config *cfg, Deb
     if (fsize < (int64_t)(HEADER_INTS * sizeof(int))) fatal("%s is too short to be a debug state", path);
     int h[HEADER_INTS];
     xfread(h, sizeof(int), HEADER_INTS, f, path);
-    if (h[0] != DEBUG_STATE_MAGIC) fatal("%s is not a debug state: magic %d, expected %d", path, h[0], DEBUG_STATE_MAGIC);
+    if (h[0] != DEBUG_STATE_MAGIC)
+        fatal("%s is not a debug state: magic %d, expected %d", path, h[0], DEBUG_STATE_MAGIC);
     if (h[1] != 2 && h[1] != 3) fatal("%s: debug state version %d is not supported (2 or 3)", path, h[1]);
     memset(d, 0, sizeof *d);
     d->B = h[2];
     d->T = h[3];
     d->V = h[1] == 3 ? h[4] : cfg->vocab_size;
     d->nsteps = h[1] == 3 ? h[5] : 0;
-    if (d->B < 1 || d->T < 1 || d->T > cfg->max_seq_len || d->V != cfg->vocab_size || d->nsteps < 0 || d->nsteps > 100000)
+    if (d->B < 1 || d->T < 1 || d->T > cfg->max_seq_len || d->V != cfg->vocab_size || d->nsteps < 0 ||
+        d->nsteps > 100000)
         fatal("%s: header (B=%d T=%d V=%d steps=%d) does not fit the model (maxT=%d V=%d)",
               path, d->B, d->T, d->V, d->nsteps, cfg->max_seq_len, cfg->vocab_size);
     size_t BT = (size_t)d->B * d->T, np = gpt2_num_params(cfg);
     int64_t expect = (int64_t)(HEADER_INTS * 4) + (int64_t)(4 * (2 * BT + BT * d->V + 1 + np));
     if (h[1] == 3) expect += 4 * (d->nsteps + 8);
     if (fsize != expect)
-        fatal("%s: file is %lld bytes, expected %lld for this model and header", path, (long long)fsize, (long long)expect);
+        fatal("%s: file is %lld bytes, expected %lld for this model and header", path, (long long)fsize,
+              (long long)expect);
     d->x = (int *)xmalloc(BT * sizeof(int));
     d->y = (int *)xmalloc(BT * sizeof(int));
     d->logits = (float *)xmalloc(BT * d->V * sizeof(float));
@@ -496,11 +500,17 @@ static inline void train_state_read(const char *path, TrainState *s) {
     if (train_state_header_problem(path, -1, h, why, sizeof why)) fatal("%s: %s", path, why);
     int64_t n;
     memcpy(&n, &h[8], 8);
-    if (n != (int64_t)s->n) fatal("%s holds %lld optimizer elements, this run has %zu: different model or rank count", path, (long long)n, s->n);
+    if (n != (int64_t)s->n)
+        fatal("%s holds %lld optimizer elements, this run has %zu: different model or rank count", path, (long long)n,
+              s->n);
     if (h[4] != s->world_size || h[5] != s->rank)
-        fatal("%s was written by rank %d of %d; this process is rank %d of %d: resume with the same number of ranks", path, h[5], h[4], s->rank, s->world_size);
-    if ((h[3] != 0) != (s->master != NULL)) fatal("%s: master weights %s in the file but %s by this run", path, h[3] ? "present" : "absent", s->master ? "needed" : "not used");
-    if (h[6] != s->loader_pos_bytes) fatal("%s: data loader position has %d bytes, expected %d", path, h[6], s->loader_pos_bytes);
+        fatal("%s was written by rank %d of %d; this process is rank %d of %d: resume with the same number of ranks",
+              path, h[5], h[4], s->rank, s->world_size);
+    if ((h[3] != 0) != (s->master != NULL))
+        fatal("%s: master weights %s in the file but %s by this run", path, h[3] ? "present" : "absent",
+              s->master ? "needed" : "not used");
+    if (h[6] != s->loader_pos_bytes)
+        fatal("%s: data loader position has %d bytes, expected %d", path, h[6], s->loader_pos_bytes);
     FILE *f = xfopen(path, "rb");
     if (fseeko(f, HEADER_INTS * 4, SEEK_SET) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
     xfread(s->m, sizeof(float), s->n, f, path);

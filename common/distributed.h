@@ -22,7 +22,8 @@ static inline int env_int(const char *name, int fallback) {
     const char *s = getenv(name);
     if (!s) return fallback;
     long v;
-    if (!parse_long(s, &v) || v < 0 || v > INT_MAX) fatal("environment variable %s=%s is not a non-negative integer", name, s);
+    if (!parse_long(s, &v) || v < 0 || v > INT_MAX)
+        fatal("environment variable %s=%s is not a non-negative integer", name, s);
     return (int)v;
 }
 
@@ -62,7 +63,8 @@ static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     pg->world = env_int("WORLD_SIZE", 1);
-    if (pg->world > 1 && !getenv("RANK")) fatal("WORLD_SIZE=%d but RANK is not set: every process needs its RANK (0..%d)", pg->world, pg->world - 1);
+    if (pg->world > 1 && !getenv("RANK"))
+        fatal("WORLD_SIZE=%d but RANK is not set: every process needs its RANK (0..%d)", pg->world, pg->world - 1);
     pg->rank = env_int("RANK", 0);
     pg->local_rank = env_int("LOCAL_RANK", pg->rank);
     if (pg->world < 1) fatal("WORLD_SIZE must be at least 1, got %d", pg->world);
@@ -106,19 +108,25 @@ typedef struct {
 static inline const char *zero_layout_init(ZeroLayout *z, const size_t *sizes, const int *layers,
                                            const char *const *names, int ntensors, int world) {
     static char msg[160];
-    if (ntensors < 1 || ntensors > ZERO_MAX_TENSORS || world < 1) fatal("internal: zero_layout_init(%d tensors, world %d)", ntensors, world);
+    if (ntensors < 1 || ntensors > ZERO_MAX_TENSORS || world < 1)
+        fatal("internal: zero_layout_init(%d tensors, world %d)", ntensors, world);
     memset(z, 0, sizeof *z);
     z->ntensors = ntensors;
     z->world = world;
     for (int k = 0; k < ntensors; k++) {
         ZeroTensor *t = &z->t[k];
-        if (layers[k] < 1 || sizes[k] % (size_t)layers[k]) fatal("internal: tensor %d of %zu elements in %d slices", k, sizes[k], layers[k]);
+        if (layers[k] < 1 || sizes[k] % (size_t)layers[k])
+            fatal("internal: tensor %d of %zu elements in %d slices", k, sizes[k], layers[k]);
         t->offset = z->n;
         t->layers = layers[k];
         t->slice = sizes[k] / (size_t)layers[k];
         if (t->slice % (size_t)world) {
-            if (names) snprintf(msg, sizeof msg, "%s's slices of %zu elements do not split into %d equal parts", names[k], t->slice, world);
-            else snprintf(msg, sizeof msg, "tensor %d's slices of %zu elements do not split into %d equal parts", k, t->slice, world);
+            if (names)
+                snprintf(msg, sizeof msg, "%s's slices of %zu elements do not split into %d equal parts", names[k],
+                         t->slice, world);
+            else
+                snprintf(msg, sizeof msg, "tensor %d's slices of %zu elements do not split into %d equal parts", k,
+                         t->slice, world);
             return msg;
         }
         t->chunk = t->slice / (size_t)world;
@@ -140,8 +148,8 @@ static inline void zero_gather_shard(const ZeroLayout *z, int rank, const float 
     for (int k = 0; k < z->ntensors; k++) {
         const ZeroTensor *t = &z->t[k];
         for (int l = 0; l < t->layers; l++)
-            memcpy(shard + t->shard_offset + (size_t)l * t->chunk, full + t->offset + (size_t)l * t->slice + (size_t)rank * t->chunk,
-                   t->chunk * sizeof(float));
+            memcpy(shard + t->shard_offset + (size_t)l * t->chunk,
+                   full + t->offset + (size_t)l * t->slice + (size_t)rank * t->chunk, t->chunk * sizeof(float));
     }
 }
 
@@ -150,8 +158,8 @@ static inline void zero_scatter_shard(const ZeroLayout *z, int rank, const float
     for (int k = 0; k < z->ntensors; k++) {
         const ZeroTensor *t = &z->t[k];
         for (int l = 0; l < t->layers; l++)
-            memcpy(full + t->offset + (size_t)l * t->slice + (size_t)rank * t->chunk, shard + t->shard_offset + (size_t)l * t->chunk,
-                   t->chunk * sizeof(float));
+            memcpy(full + t->offset + (size_t)l * t->slice + (size_t)rank * t->chunk,
+                   shard + t->shard_offset + (size_t)l * t->chunk, t->chunk * sizeof(float));
     }
 }
 
@@ -167,7 +175,8 @@ static inline long pg_sum_long(const ProcessGroup *pg, long v) {
         return total;
     }
 #endif
-    if (pg->world > 1) fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
+    if (pg->world > 1)
+        fatal("host collectives across %d processes need MPI (the MPI build, launched with mpirun)", pg->world);
     return v;
 }
 

@@ -46,7 +46,8 @@ static inline int energy_open(EnergyMeter *m, const char *pci_bus_id) {
         return 0;
     }
     int (*init)(void) = (int (*)(void))dlsym(m->lib, "nvmlInit_v2");
-    int (*by_bus)(const char *, void **) = (int (*)(const char *, void **))dlsym(m->lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    int (*by_bus)(const char *, void **) =
+        (int (*)(const char *, void **))dlsym(m->lib, "nvmlDeviceGetHandleByPciBusId_v2");
     m->get_energy = (int (*)(void *, unsigned long long *))dlsym(m->lib, "nvmlDeviceGetTotalEnergyConsumption");
     unsigned long long mj;
     int rc = 0;

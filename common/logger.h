@@ -55,7 +55,8 @@ static inline void logger_truncate(const char *dir, int64_t keep) {
     snprintf(path, sizeof path, "%s/main.log", dir);
     struct stat st;
     if (keep < 0 || stat(path, &st) != 0 || st.st_size <= keep) return;
-    if (truncate(path, (off_t)keep) != 0) fatal("cannot cut %s back to %lld bytes: %s", path, (long long)keep, strerror(errno));
+    if (truncate(path, (off_t)keep) != 0)
+        fatal("cannot cut %s back to %lld bytes: %s", path, (long long)keep, strerror(errno));
 }
 
 static inline void logger_close(Logger *lg) {

@@ -58,8 +58,8 @@ static inline void step_meter_report(StepMeter *sm, int last_step, double tokens
     double joules = sm->timed_steps > 0 ? energy_joules(&sm->energy) - sm->e_start - sm->e_other : 0.0;
     if (print && sm->timed_steps > 0) {
         int first = sm->start_step + STEP_METER_WARMUP + 1, n = sm->timed_steps;
-        printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", first, last_step,
-               1e3 * sm->sum_dt / n, tokens_per_step * n / sm->sum_dt, 100.0 * flops_per_step * n / sm->sum_dt / peak_flops);
+        printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", first, last_step, 1e3 * sm->sum_dt / n,
+               tokens_per_step * n / sm->sum_dt, 100.0 * flops_per_step * n / sm->sum_dt / peak_flops);
         if (sm->energy.get_energy)
             printf("energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", first, last_step,
                    board, joules / n, joules / sm->sum_dt);

@@ -50,7 +50,8 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->max_skipped = 100;
 }
 
-static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, ArgType type, void *dest, const char *help) {
+static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, ArgType type, void *dest,
+                               const char *help) {
     ArgSpec s;
     s.short_flag = short_flag;
     s.long_flag = long_flag;
@@ -67,34 +68,50 @@ static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, Ar
 static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     int n = 0;
     specs[n++] = arg_spec("-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
-    specs[n++] = arg_spec("-j", "--val-data", ARG_STRING, &o->val_pattern, "validation shards (glob); empty string: none");
-    specs[n++] = arg_spec("-e", "--model", ARG_STRING, &o->model_arg, "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
+    specs[n++] =
+        arg_spec("-j", "--val-data", ARG_STRING, &o->val_pattern, "validation shards (glob); empty string: none");
+    specs[n++] = arg_spec("-e", "--model", ARG_STRING, &o->model_arg,
+                          "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
     specs[n++] = arg_spec("-o", "--output-dir", ARG_STRING, &o->out_dir, "directory for main.log and checkpoints");
     specs[n++] = arg_spec("-b", "--batch-size", ARG_INT, &o->B, "micro-batch size B");
     specs[n++] = arg_spec("-t", "--seq-len", ARG_INT, &o->T, "sequence length T");
-    specs[n++] = arg_spec("-d", "--total-batch-size", ARG_INT, &o->total_batch, "tokens per step, a multiple of B*T (-1: B*T, no accumulation)");
+    specs[n++] = arg_spec("-d", "--total-batch-size", ARG_INT, &o->total_batch,
+                          "tokens per step, a multiple of B*T (-1: B*T, no accumulation)");
     specs[n++] = arg_spec("-x", "--max-steps", ARG_INT, &o->max_steps, "optimizer steps (-1: one epoch)");
     specs[n++] = arg_spec("-l", "--learning-rate", ARG_FLOAT, &o->lr, "peak learning rate");
     specs[n++] = arg_spec("-u", "--warmup-steps", ARG_INT, &o->warmup, "linear warmup steps");
     specs[n++] = arg_spec("-q", "--final-lr-fraction", ARG_FLOAT, &o->final_frac, "final lr as a fraction of the peak");
     specs[n++] = arg_spec("-k", "--lr-schedule", ARG_STRING, &o->sched_name, "cosine|linear|constant|wsd");
-    specs[n++] = arg_spec(NULL, "--wsd-decay-fraction", ARG_FLOAT, &o->wsd_frac, "wsd: fraction of steps spent decaying");
+    specs[n++] =
+        arg_spec(NULL, "--wsd-decay-fraction", ARG_FLOAT, &o->wsd_frac, "wsd: fraction of steps spent decaying");
     specs[n++] = arg_spec("-c", "--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D weights only)");
-    specs[n++] = arg_spec(NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
-    specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every, "validation loss every N steps and at the end (0: never)");
+    specs[n++] =
+        arg_spec(NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
+    specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every,
+                          "validation loss every N steps and at the end (0: never)");
     specs[n++] = arg_spec("-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
-    specs[n++] = arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample text every N steps (0: only at the end)");
-    specs[n++] = arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
+    specs[n++] =
+        arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample text every N steps (0: only at the end)");
+    specs[n++] =
+        arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
     specs[n++] = arg_spec(NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
     specs[n++] = arg_spec(NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
-    specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every, "write a checkpoint every N steps to -o (0: only at the end, if -o)");
-    specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume, "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
-    specs[n++] = arg_spec("-a", "--overfit-batch", ARG_INT, &o->overfit, "1: train on the first batch only (debugging)");
+    specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
+                          "write a checkpoint every N steps to -o (0: only at the end, if -o)");
+    specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume,
+                          "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
+    specs[n++] =
+        arg_spec("-a", "--overfit-batch", ARG_INT, &o->overfit, "1: train on the first batch only (debugging)");
     specs[n++] = arg_spec(NULL, "--shuffle", ARG_INT, &o->shuffle, "1: shuffle shards and samples each epoch");
     specs[n++] = arg_spec(NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
-    specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir, "directory holding vocab.bpe and encoder.json");
-    specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data, "1: check every training token id at start, 0: each shard when first read (validation shards: always at start)");
-    specs[n++] = arg_spec(NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped, "stop the run after this many updates in a row skipped for a non-finite loss or norm (0: never)");
+    specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir,
+                          "directory holding vocab.bpe and encoder.json");
+    specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data,
+                          "1: check every training token id at start, 0: each shard when first read (validation "
+                          "shards: always at start)");
+    specs[n++] =
+        arg_spec(NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped,
+                 "stop the run after this many updates in a row skipped for a non-finite loss or norm (0: never)");
     if (n != TRAIN_OPTIONS_COUNT) fatal("internal: TRAIN_OPTIONS_COUNT is %d, table has %d", TRAIN_OPTIONS_COUNT, n);
     return n;
 }
@@ -122,17 +139,21 @@ static inline void make_run_dir(const char *dir) {
 static inline void train_options_validate(TrainOptions *o) {
     if (o->B < 1) fatal("-b (batch size) must be at least 1, got %d", o->B);
     if (o->T < 1) fatal("-t (sequence length) must be at least 1, got %d", o->T);
-    if ((long)o->B * o->T > (1L << 30)) fatal("-b times -t is too large (%ld tokens per micro-batch)", (long)o->B * o->T);
+    if ((long)o->B * o->T > (1L << 30))
+        fatal("-b times -t is too large (%ld tokens per micro-batch)", (long)o->B * o->T);
     if (o->total_batch == -1) o->total_batch = o->B * o->T;
     if (o->total_batch < 1 || o->total_batch % (o->B * o->T))
-        fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", o->B * o->T, o->total_batch);
-    if (o->max_steps != -1 && o->max_steps < 1) fatal("-x (max steps) must be -1 (one epoch) or at least 1, got %d", o->max_steps);
+        fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", o->B * o->T,
+              o->total_batch);
+    if (o->max_steps != -1 && o->max_steps < 1)
+        fatal("-x (max steps) must be -1 (one epoch) or at least 1, got %d", o->max_steps);
     LRSchedule s = {LR_COSINE, o->lr, o->final_frac, o->wsd_frac, o->warmup, 0};
     if (!lr_schedule_kind_from_name(o->sched_name, &s.kind))
         fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", o->sched_name);
     o->sched = s;
     if (!(o->lr >= 0)) fatal("-l (learning rate) must be a non-negative number, got %g", o->lr);
-    if (!(o->final_frac >= 0 && o->final_frac <= 1)) fatal("-q (final lr fraction) must be in [0, 1], got %g", o->final_frac);
+    if (!(o->final_frac >= 0 && o->final_frac <= 1))
+        fatal("-q (final lr fraction) must be in [0, 1], got %g", o->final_frac);
     if (!(o->wsd_frac >= 0 && o->wsd_frac <= 1)) fatal("--wsd-decay-fraction must be in [0, 1], got %g", o->wsd_frac);
     if (o->warmup < 0) fatal("-u (warmup steps) must be >= 0");
     if (!(o->weight_decay >= 0)) fatal("-c (weight decay) must be >= 0, got %g", o->weight_decay);
@@ -140,7 +161,8 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
     if (!(o->temperature > 0)) fatal("--temperature must be > 0, got %g", o->temperature);
     if (o->val_every < 0 || o->sample_every < 0 || o->ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
-    if (o->val_batches != -1 && o->val_batches < 1) fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
+    if (o->val_batches != -1 && o->val_batches < 1)
+        fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
     if (o->resume != 0 && o->resume != 1) fatal("-y must be 0 or 1");
     if (o->resume && !o->out_dir) fatal("-y 1 needs -o: the directory to resume from");
     if (o->overfit != 0 && o->overfit != 1) fatal("-a must be 0 or 1");
@@ -204,8 +226,8 @@ typedef struct {
 // tokens); o->total_batch must be a multiple of that.
 static inline void train_data_open(TrainData *d, const TrainOptions *o, int vocab_size, int rank, int world) {
     if (o->total_batch % ((long)o->B * o->T * world))
-        fatal("-d (total batch size) must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens, got %d", o->B, o->T, world,
-              (long)o->B * o->T * world, o->total_batch);
+        fatal("-d (total batch size) must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens, got %d", o->B, o->T,
+              world, (long)o->B * o->T * world, o->total_batch);
     tokenizer_init(&d->tok, o->tokenizer_dir);
     dataloader_init(&d->train, o->train_pattern, o->B, o->T, rank, world, o->shuffle, (uint64_t)o->seed, vocab_size);
     d->have_val = o->val_pattern && *o->val_pattern;
@@ -468,7 +490,8 @@ typedef struct {
     float (*result)(void *model);
 } EvalFns;
 
-static inline float evaluate_split(DataLoader *val, int max_batches, int *inputs, int *targets, EvalFns f, void *model) {
+static inline float evaluate_split(DataLoader *val, int max_batches, int *inputs, int *targets, EvalFns f,
+                                   void *model) {
     dataloader_reset(val);
     int64_t n = dataloader_batches_per_epoch(val);
     if (max_batches > 0 && n > max_batches) n = max_batches;
@@ -517,7 +540,18 @@ static inline void log_sample(Logger *lg, const Tokenizer *tok, const int *ids, 
     logger_printf(lg, "\n");
 }
 
-// What a trainer does between steps, behind its own functions (t: its context).
+// What the work between steps needs from a trainer (its model behind a pointer).
+typedef struct {
+    void *model;
+    TrainData *data;
+    const TrainOptions *o;
+    TrainState *run;
+    uint64_t *rng;
+    Logger *lg;
+    int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
+} Trainer;
+
+// What a trainer does between steps, behind its own functions (t: its Trainer).
 typedef struct {
     float (*evaluate)(void *t);        // the mean validation loss
     void (*sample)(void *t);           // prints a sample through the logger

@@ -35,8 +35,8 @@ __device__ __forceinline__ void copy_run(T *dst, const T *src) {
 // sharded run rounds every element exactly as an unsharded one, whatever V).
 template <int V>
 __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
-                             size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2, float bc1,
-                             float bc2, float eps, float wd, const float *info, uint32_t seed) {
+                             size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
+                             float bc1, float bc2, float eps, float wd, const float *info, uint32_t seed) {
     size_t j = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= len) return;
     float norm = info[INFO_NORM], clip = info[INFO_CLIP], loss = info[INFO_LOSS];
@@ -66,11 +66,12 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
 }
 
 static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
-                         int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2, int t,
-                         float eps, float wd, const float *info, uint32_t seed, cudaStream_t s) {
+                         int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
+                         int t, float eps, float wd, const float *info, uint32_t seed, cudaStream_t s) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     constexpr int V = X128::size;
-    const bool aligned16 = ((uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
+    const bool aligned16 =
+        ((uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
     if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0) {
         dim3 grid(ceil_div((long)(len / V), 256), slabs);
         adamw_kernel<V><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,

@@ -21,7 +21,8 @@ __device__ __forceinline__ void head_coords(long idx, int T, int NH, int hs, int
 }
 
 // (B, T, 3, NH, hs) -> q, k, v each (B, NH, T, hs)
-__global__ void attention_permute_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int B, int T, int NH, int hs) {
+__global__ void attention_permute_kernel(floatX *q, floatX *k, floatX *v, const floatX *qkv, int B, int T, int NH,
+                                         int hs) {
     long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)B * NH * T * (hs / X128::size)) return;
     int b, h, t, i;
@@ -272,7 +273,9 @@ static void attention_backward(floatX *dqkv, const floatX *dout, const floatX *q
 #define FLASH_VB_PARTS 264
 static size_t flash_align64(size_t n) { return (n + 63) / 64 * 64; }
 static size_t flash_vb_offset(size_t rows) { return flash_align64(rows); }
-static size_t flash_dq_acc_offset(size_t rows, int C) { return flash_align64(flash_vb_offset(rows) + (size_t)FLASH_VB_PARTS * C); }
+static size_t flash_dq_acc_offset(size_t rows, int C) {
+    return flash_align64(flash_vb_offset(rows) + (size_t)FLASH_VB_PARTS * C);
+}
 // Whether the backward adds dq with atomics: --deterministic 0 on the mma.sync kernels. The
 // wgmma backward (head size 64 on sm_90a) is deterministic and the faster in both modes.
 static int flash_attention_atomic_dq(int hs, int deterministic) {
@@ -301,13 +304,15 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const floatX *p) {
 // d (16x8 fp32) += a (16x16, row) * b (16x8, col)
 __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
 #if PRECISION == PRECISION_BF16
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
 // 2^x straight through the hardware unit (ex2.approx.ftz: about 2 ulp, denormal results
@@ -814,7 +819,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_dkdv_kernel(floatX *dqkv, float *
                 floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HS + 2 * tig;
 #pragma unroll
                 for (int i = 0; i < HS / 8; i++) {
-                    *reinterpret_cast<uint32_t *>(p + i * 8) = pack2(dk[kt][i][2 * r] * scale, dk[kt][i][2 * r + 1] * scale);
+                    *reinterpret_cast<uint32_t *>(p + i * 8) =
+                        pack2(dk[kt][i][2 * r] * scale, dk[kt][i][2 * r + 1] * scale);
                     *reinterpret_cast<uint32_t *>(p + C + i * 8) = pack2(dv[kt][i][2 * r], dv[kt][i][2 * r + 1]);
                 }
             }
@@ -1065,8 +1071,8 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
     if constexpr (HS == 64) return flash90::backward(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 #endif
     if (g_deterministic)
-        backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN, Cfg<HS>::DQ_MT>(
-            dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+        backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN,
+                     Cfg<HS>::DQ_MT>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
     else
         backward_atomic_cfg<HS, Cfg<HS>::AKV_NW, Cfg<HS>::AKV_BM, Cfg<HS>::AKV_KT>(dqkv, dbias_v, dout, qkv, out, lse,
                                                                                   scratch, B, T, NH, s);
@@ -1093,7 +1099,8 @@ static void flash_attention_backward(floatX *dqkv, floatX *dbias_v, const floatX
                                      cudaStream_t s) {
     int hs = C / NH;
     if (C / X128::size * BWD_DOT_R > 1024) {
-        fprintf(stderr, "error: flash attention backward supports C up to %d, not %d\n", 1024 * X128::size / BWD_DOT_R, C);
+        fprintf(stderr, "error: flash attention backward supports C up to %d, not %d\n", 1024 * X128::size / BWD_DOT_R,
+                C);
         fatal_exit();
     }
     if (hs == 64) flash::backward<64>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);

@@ -73,7 +73,8 @@ __device__ __forceinline__ void wg_fence_regs(float (&d)[N]) {
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 #define WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define WG_F32(i) WG_F4(i), WG_F4(i + 4), WG_F4(i + 8), WG_F4(i + 12), WG_F4(i + 16), WG_F4(i + 20), WG_F4(i + 24), WG_F4(i + 28)
+#define WG_F32(i) \
+    WG_F4(i), WG_F4(i + 4), WG_F4(i + 8), WG_F4(i + 12), WG_F4(i + 16), WG_F4(i + 20), WG_F4(i + 24), WG_F4(i + 28)
 #define WG_R32                                                                                                       \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
     "%24, %25, %26, %27, %28, %29, %30, %31}"
@@ -361,7 +362,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
             floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HS + 2 * tq;
 #pragma unroll
             for (int j = 0; j < HS / 8; j++)
-                *reinterpret_cast<uint32_t *>(p + 8 * j) = pack2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t *>(p + 8 * j) =
+                    pack2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
         }
     }
 }
@@ -500,7 +502,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
             floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HS + 2 * tq;
 #pragma unroll
             for (int j = 0; j < HS / 8; j++) {
-                *reinterpret_cast<uint32_t *>(p + 8 * j) = pack2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
+                *reinterpret_cast<uint32_t *>(p + 8 * j) =
+                    pack2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
                 *reinterpret_cast<uint32_t *>(p + C + 8 * j) = pack2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
             }
         }

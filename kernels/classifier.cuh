@@ -48,7 +48,8 @@ __device__ void classifier_row(const floatX *src, floatX *dst, float *loss, int 
     for (int c = threadIdx.x * X128::size; c < Vp; c += blockDim.x * X128::size) {
         X128 u = load128(src + c), o;
         if (c + X128::size <= V) {
-            for (int k = 0; k < X128::size; k++) o[k] = from_float<floatX>(ex2_approx(fmaf(to_float(u[k]), LOG2E, -off)));
+            for (int k = 0; k < X128::size; k++)
+                o[k] = from_float<floatX>(ex2_approx(fmaf(to_float(u[k]), LOG2E, -off)));
         } else {  // the last real columns, and the padding (zero)
             for (int k = 0; k < X128::size; k++)
                 o[k] = from_float<floatX>(c + k < V ? ex2_approx(fmaf(to_float(u[k]), LOG2E, -off)) : 0.0f);

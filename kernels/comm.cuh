@@ -354,7 +354,8 @@ static void comm_allreduce_sum(Comm *c, floatX *buf, size_t n) {
 static void comm_reduce_scatter_sum(Comm *c, const floatX *in, floatX *out, size_t chunk) {
     if (chunk == 0) return;
     if (c->world == 1) {
-        if (in != out) CUDA_CHECK(cudaMemcpyAsync(out, in, chunk * sizeof(floatX), cudaMemcpyDeviceToDevice, c->stream));
+        if (in != out)
+            CUDA_CHECK(cudaMemcpyAsync(out, in, chunk * sizeof(floatX), cudaMemcpyDeviceToDevice, c->stream));
         return;
     }
     if (c->backend == COMM_BACKEND_NCCL) {

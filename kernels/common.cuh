@@ -85,7 +85,10 @@ __host__ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __b
 __host__ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 template <typename T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // ---------------------------------------------------------------------------
@@ -212,8 +215,8 @@ add_partial_sums_kernel(floatX *out0, floatX *out1, floatX *out2, int W, const f
 
 static void add_partial_sums(floatX *out0, floatX *out1, floatX *out2, int W, const float *partials, int P, int M,
                              cudaStream_t s) {
-    add_partial_sums_kernel<<<ceil_div(M, PSUM_COLS), dim3(PSUM_COLS, PSUM_LANES), 0, s>>>(out0, out1, out2, W, partials,
-                                                                                          P, M);
+    add_partial_sums_kernel<<<ceil_div(M, PSUM_COLS), dim3(PSUM_COLS, PSUM_LANES), 0, s>>>(out0, out1, out2, W,
+                                                                                           partials, P, M);
     LAUNCH_CHECK();
 }
 

@@ -108,7 +108,8 @@ static void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, con
                              const int *bucket_token, const int *bucket_start, int nb, int B, int T, int C,
                              cudaStream_t s) {
     dim3 grid(nb, ceil_div(C, 32 * X128::size));
-    encoder_backward_wte_kernel<<<grid, dim3(32, ENC_BWD_GROUPS), 0, s>>>(dwte, dout, positions, bucket_token, bucket_start, C);
+    encoder_backward_wte_kernel<<<grid, dim3(32, ENC_BWD_GROUPS), 0, s>>>(dwte, dout, positions, bucket_token,
+                                                                          bucket_start, C);
     LAUNCH_CHECK();
     encoder_backward_wpe_kernel<<<ceil_div((long)T * (C / X128::size), 256), 256, 0, s>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK();

@@ -106,7 +106,8 @@ static void layernorm_forward_cfg(floatX *residual_out, floatX *out, float *mean
 
 // the row in registers for GPT-2's widths up to 1280 (C = 768, 1024, 1280), else in shared memory
 static void layernorm_forward_launch(floatX *residual_out, floatX *out, float *mean, float *rstd, const floatX *a,
-                                     const floatX *b, const floatX *w, const floatX *bias, int N, int C, cudaStream_t s) {
+                                     const floatX *b, const floatX *w, const floatX *bias, int N, int C,
+                                     cudaStream_t s) {
     const int per_lane = C % (32 * X128::size) == 0 ? C / (32 * X128::size) : 0;
     if (per_lane == 3) layernorm_forward_cfg<3>(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
     else if (per_lane == 4) layernorm_forward_cfg<4>(residual_out, out, mean, rstd, a, b, w, bias, N, C, s);
@@ -232,14 +233,17 @@ __global__ void layernorm_backward_kernel(floatX *dinp, float *partials, const f
 // blocks as fit on the SMs at once (registers bound them: 7 per SM at C = 768 in bf16), at
 // most 8 per SM (each block's partial row is 3C floats of traffic)
 static int layernorm_backward_threads(int C) { return ceil_div(C / X128::size, 32) * 32; }
-static size_t layernorm_backward_smem(int C) { return (size_t)2 * LN_BWD_ROWS * 3 * layernorm_backward_threads(C) * 16; }
+static size_t layernorm_backward_smem(int C) {
+    return (size_t)2 * LN_BWD_ROWS * 3 * layernorm_backward_threads(C) * 16;
+}
 static int layernorm_backward_blocks(int N, int C, int num_sms) {
     static int per_sm = 0, for_threads = -1;
     const int threads = layernorm_backward_threads(C);
     if (threads != for_threads) {
         size_t smem = layernorm_backward_smem(C);
         if (smem > 48 * 1024)
-            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel, threads, smem));
         for_threads = threads;
     }
@@ -264,7 +268,8 @@ static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, floatX *dsu
         fatal_exit();
     }
     int blocks = layernorm_backward_blocks(N, C, num_sms), threads = layernorm_backward_threads(C);
-    layernorm_backward_kernel<<<blocks, threads, layernorm_backward_smem(C), s>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C, dsum != NULL);
+    layernorm_backward_kernel<<<blocks, threads, layernorm_backward_smem(C), s>>>(dinp, scratch, dout, inp, w, mean,
+                                                                                  rstd, N, C, dsum != NULL);
     LAUNCH_CHECK();
     add_partial_sums(dw, db, dsum, C, scratch, blocks, dsum ? 3 * C : 2 * C, s);
 }

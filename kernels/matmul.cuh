@@ -75,7 +75,8 @@ static void lt_call_create(LtCall *c, const void *bias, int m, int n, int k, int
     }
     if (aux) {
         int64_t ld = ldaux;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->la, CUBLAS_FLOATX, ta ? k : m, ta ? m : k, lda));
@@ -253,9 +254,11 @@ static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float 
     // dinp^T (C x N) = W^T-as-stored (C x OC, no transpose) * dout^T (OC x N)
     int done = 0;
     if (pre_gelu && g_fuse_gelu)
-        done = matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DGELU, pre_gelu, C, s);
+        done = matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DGELU, pre_gelu, C,
+                         s);
     if (!done) {
-        if (!matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s)) {
+        if (!matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0,
+                       s)) {
             fprintf(stderr, "error: cuBLASLt has no algorithm for the backward matmul N=%d C=%d OC=%d\n", N, C, OC);
             fatal_exit();
         }
