@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     // own output buffer (Dbig, Dact, Dw). An earlier form wrote outputs into the inputs of
     // later products (dweight accumulating into W), so the data drifted far from the step's
     // over the calls; sustained, the board then drew 480 W instead of 691 W and the table
-    // read 11% fast (dev/PERF.md).
+    // read 11% fast (docs/performance-notes.md).
     floatX *X, *Y, *W, *Z, *bias, *Dbig, *Dact, *Dw;
     float *bgrad;
     CUDA_CHECK(cudaMalloc(&bgrad, (size_t)(Vp > 4 * C ? Vp : 4 * C) * sizeof(float)));

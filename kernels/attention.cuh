@@ -971,7 +971,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
 namespace flash {
 
 // tile shapes per head size (hs = 64: the fastest of the variants timed by
-// build/test_attention --bench on the H200, 2026-12-03; see dev/PERF.md). AKV: the
+// build/test_attention --bench on the H200, 2026-12-03; see docs/performance-notes.md). AKV: the
 // atomic-dq backward's one kernel.
 template <int HS> struct Cfg;
 template <> struct Cfg<64> {

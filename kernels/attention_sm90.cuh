@@ -8,7 +8,7 @@
 // the operands come straight from shared memory (the dk/dv kernel keeps its K and V rows in
 // registers, read once with ldmatrix), the accumulators stay in registers, and P / dS feed
 // the next product from registers. Kernels: forward (fwd_kernel), backward as dq (bwd_dq_kernel)
-// and dk, dv (bwd_dkdv_kernel), deterministic; tile shapes and what was measured: dev/PERF.md.
+// and dk, dv (bwd_dkdv_kernel), deterministic; tile shapes and what was measured: docs/performance-notes.md.
 //
 // Shared-memory tiles: a tile is ROWS x 64 bf16/fp16, 128 bytes a row, the 16-byte chunk c of
 // row r stored at chunk c ^ (r & 7): attention.cuh's load_tile layout. With the tile at a
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     zero(o);
     // Q stays an all-shared operand here: with Q as a register A operand (as K and V are in the
     // dk/dv kernel) this kernel gave wrong results from the second key block on, on the H200
-    // (2026-12-03; cause not found, dev/PERF.md), for a 1.5% gain
+    // (2026-12-03; cause not found, docs/performance-notes.md), for a 1.5% gain
     const floatX *myQ = sQ + wg * 64 * HS;
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         wg_fence_regs(st);
         wg_fence_regs(dpt);
         // (the mask's compare stays per element here: the two-copy form of the dq kernel, in
-        // this kernel, gave wrong dk and dv on the H200 for T > 64; cause not found, PERF.md)
+        // this kernel, gave wrong dk and dv on the H200 for T > 64; cause not found, docs/performance-notes.md)
         const bool need_mask = wk0 + w * 16 + 15 > q0;  // some key of this warp is after some query
         uint32_t pa[4][4], da[4][4];
         float lq[16];  // log2(e) lse of this thread's 16 query columns 8j + 2tq + e, at 2j + e
@@ -557,7 +557,7 @@ static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, cons
     }
 }
 
-// the defaults: the fastest variants of build/test_attention --bench (dev/PERF.md)
+// the defaults: the fastest variants of build/test_attention --bench (docs/performance-notes.md)
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     forward_cfg<2, 64, 2>(out, lse, qkv, B, T, NH, s);
 }
