@@ -14,7 +14,9 @@
 #define CKPT_VERSION_BF16 5
 #define DEBUG_STATE_MAGIC 20240327
 #define STATE_MAGIC 20241202
-#define STATE_VERSION 1
+// version 2 always carries the checksum and the fields [13..31], [64]; version 1 (older
+// writers) has neither and is still read
+#define STATE_VERSION 2
 #define HEADER_INTS 256
 #define NUM_PARAM_TENSORS 16
 
@@ -478,8 +480,10 @@ static inline const char *train_state_header_problem(const char *path, int expec
     memcpy(&n, &h[8], 8);
     if (got != HEADER_INTS) snprintf(why, cap, "not a regular file of at least the 1024-byte header");
     else if (h[0] != STATE_MAGIC) snprintf(why, cap, "not a training state: magic %d, expected %d", h[0], STATE_MAGIC);
-    else if (h[1] != STATE_VERSION) snprintf(why, cap, "training state version %d is not supported (expected %d)",
-                                             h[1], STATE_VERSION);
+    else if (h[1] != STATE_VERSION && h[1] != 1)
+        snprintf(why, cap, "training state version %d is not supported (1 or %d)", h[1], STATE_VERSION);
+    else if (h[1] == STATE_VERSION && h[CKSUM_TAG_SLOT] != CKSUM_TAG)
+        snprintf(why, cap, "the checksum tag of a version %d state is missing: the file is corrupt", STATE_VERSION);
     else if (h[2] < 0 || (expect_step >= 0 && h[2] != expect_step))
         snprintf(why, cap, "its header says step %d, its name step %d (a renamed file?)", h[2], expect_step);
     else if (n < 0 || n > ((int64_t)1 << 40) || h[6] < 0 || h[6] > STATE_LOADER_POS_MAX)

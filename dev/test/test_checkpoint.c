@@ -296,9 +296,12 @@ static void test_train_state(void) {
     for (size_t i = HEADER_INTS * 4; i < len; i++) copy[i] = (uint8_t)rng_next_u64(&r2);
     write_bytes(q, copy, len);
     expect_failure("state with a random body", read_state_child, q, q, "checksum mismatch", NULL);
-    memset(copy + 4 * CKSUM_TAG_SLOT, 0, 8);  // no checksum (as an older writer's file)
+    memset(copy + 4 * CKSUM_TAG_SLOT, 0, 8);  // the tag lost: a version 2 state always has one
     write_bytes(q, copy, len);
-    expect_failure("state with a random body, no checksum", read_state_child, q, q, "corrupt", NULL);
+    expect_failure("state without its checksum tag", read_state_child, q, q, "checksum tag", NULL);
+    set_int(copy, 1, 1);  // as an older writer's (version 1) file: the values themselves are checked
+    write_bytes(q, copy, len);
+    expect_failure("version 1 state with a random body", read_state_child, q, q, "corrupt", NULL);
     free(copy);
     s.v[10] = -1.0f;
     train_state_write(q, &s);
