@@ -69,7 +69,8 @@ def main():
             pf, pb = res["old"]
             rows.append(("", "old cuBLAS path", pf, ff / pf * 1e-9, pb, fb / pb * 1e-9, sf, sb))
     print()
-    print(f"{'shape':<28}{'impl':<17}{'fwd ms':>9}{'TFLOP/s':>9}{'vs SDPA':>9}{'bwd ms':>9}{'TFLOP/s':>9}{'vs SDPA':>9}")
+    print(f"{'shape':<28}{'impl':<17}"
+          f"{'fwd ms':>9}{'TFLOP/s':>9}{'vs SDPA':>9}{'bwd ms':>9}{'TFLOP/s':>9}{'vs SDPA':>9}")
     for shape, name, f, ft, b, bt, sf, sb in rows:
         print(f"{shape:<28}{name:<17}{f:>9.3f}{ft:>9.1f}{sf / f:>8.2f}x{b:>9.3f}{bt:>9.1f}{sb / b:>8.2f}x")
 

@@ -5,7 +5,7 @@ It builds GPT-2 from a seed (or loads our checkpoint / a Hugging Face GPT-2
 directory), runs one batch forward and backward, then a few AdamW steps on that same
 batch, and writes into --out-dir:
 
-  model.bin         checkpoint, version 3 (fp32 parameters), SPEC.md section 3
+  model.bin         checkpoint, version 3 (fp32 parameters), docs/formats.md
   model_bf16.bin    the same parameters, version 5 (bf16, round-to-nearest-even)
   debug_state.bin   version 3: header [0]=20240327 [1]=3 [2]=B [3]=T [4]=V [5]=nsteps;
                     x (B,T) int32, y (B,T) int32, logits (B,T,V) fp32, loss fp32,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for the GPU benchmark (SPEC section 7).
+"""PyTorch baseline for the GPU benchmark (docs/performance.md).
 
 The same GPT-2 as dev/gpt2_ref.py (pre-LayerNorm blocks, GELU tanh, learned position
 embeddings, lm_head tied to wte, no dropout), written for speed instead of as a
@@ -14,7 +14,7 @@ Prints one line per step (loss, ms, tokens/s) and at the end one machine-readabl
 with the mean ms/step and tokens/s over the steps after the first 10 (the compile
 warm-up), the MFU against 989 TFLOP/s (bf16 dense, H100/H200 datasheet) with
 FLOPs/token = 6*N + 12*L*T*C (N = parameters with wte counted once and the real, unpadded
-vocabulary, as in SPEC section 7 and train_gpt2cu), and torch.cuda.max_memory_allocated /
+vocabulary, as in docs/performance.md and train_gpt2cu), and torch.cuda.max_memory_allocated /
 max_memory_reserved.
 
     python3 dev/train_gpt2_torch.py --model d12 --batch 64 --seq-len 1024 --steps 30

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# scripts/bench_gpu.sh: the GPU speed benchmark of SPEC section 7, for one device call.
+# scripts/bench_gpu.sh: the GPU speed benchmark (docs/performance.md: how to measure), in one run.
 # Runs train_gpt2cu and the PyTorch baseline (dev/train_gpt2_torch.py) one after the other
 # on the same GPU:
 #   GPT-2 124M (d12), B=64, T=1024, bf16: train_gpt2cu at -r $CU_R (default 0 1 2), and PyTorch
 #     (torch.compile of the whole model);
 #   GPT-2 350M (d24), T=1024, at the largest B of $D24_BATCHES (default "64 32 16") that
 #     runs: train_gpt2cu at -r 0, PyTorch with --compile blocks (each block compiled once
-#     and shared by all layers: the whole-model compile of 24 layers would not fit the lease).
+#     and shared by all layers: the whole-model compile of 24 layers outlasts the time budget).
 # Each run is $STEPS steps (default 30); the figures are the means over steps 11..N (the
 # first 10 hold the compile and warm-up), as both programs print them. Peak memory:
 # train_gpt2cu's own end-of-run line (cudaMemGetInfo, this process), PyTorch's
@@ -18,12 +18,12 @@
 #
 # Run from the repository root on the GPU machine:   scripts/bench_gpu.sh
 # Needs ./train_gpt2cu (built with make train_gpt2cu if absent or unrunnable) and
-# data/tinyshakespeare/*.bin (copied from .carry/ts, else made with make data, if absent). A new run starts only while
-# less than $BUDGET_S seconds (default 210) have passed. Full logs: $OUT (default
-# out/bench_gpu) as all_logs.txt and logs.tar.gz; the table, printed last, is also
-# $OUT/table.txt.
+# data/tinyshakespeare/*.bin (copied from $DATA, default dist/gpu/data, else made with make
+# data, if absent). A new run starts only while less than $BUDGET_S seconds (default 210)
+# have passed. Full logs: $OUT (default out/bench_gpu) as all_logs.txt and logs.tar.gz; the
+# table, printed last, is also $OUT/table.txt.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-out/bench_gpu}
 STEPS=${STEPS:-30}
 BUDGET_S=${BUDGET_S:-210}
@@ -34,12 +34,14 @@ CU_R=${CU_R:-"0 1 2"}                  # recompute levels of train_gpt2cu to tim
 #   train_gpt2cu_r<r>_alt (e.g. CU_ALT="--deterministic 0")
 T=1024
 CU=${CU:-./train_gpt2cu}
+DATA=${DATA:-dist/gpu/data}
 mkdir -p "$OUT"
 W=$(mktemp -d)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
 TABLE="$W/table.tsv"
-printf 'program\tmodel\tB\tms/step\ttokens/s\tMFU\tJ/step\tpeak device memory\tnvidia-smi max used\tmean SM clock, power (power-capped share of samples)\n' > "$TABLE"
+printf '%s\t' program model B ms/step tokens/s MFU J/step 'peak device memory' 'nvidia-smi max used' > "$TABLE"
+echo 'mean SM clock, power (power-capped share of samples)' >> "$TABLE"
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv \
     > "$W/00_gpu.log" 2>&1
@@ -51,9 +53,9 @@ if ! $CU -h > /dev/null 2>&1; then
     make train_gpt2cu > "$W/00_build.log" 2>&1 || { echo "build failed"; tail -20 "$W/00_build.log"; }
 fi
 if ! ls data/tinyshakespeare/tiny_shakespeare_train_*.bin > /dev/null 2>&1; then
-    if ls .carry/ts/tiny_shakespeare_train_*.bin > /dev/null 2>&1; then
-        # a device call carries the shards in .carry/ts (scripts/gpu_carry.sh); no network there
-        mkdir -p data/tinyshakespeare && cp .carry/ts/*.bin data/tinyshakespeare/
+    if ls "$DATA"/tiny_shakespeare_train_*.bin > /dev/null 2>&1; then
+        # a GPU host without compiler or network gets them from scripts/gpu_bundle.sh
+        mkdir -p data/tinyshakespeare && cp "$DATA"/*.bin data/tinyshakespeare/
     else
         echo "no Tiny Shakespeare shards: make data"
         make data > "$W/00_data.log" 2>&1 || { echo "make data failed"; tail -20 "$W/00_data.log"; }
@@ -96,18 +98,21 @@ smi_max() { awk -F', *' '$1 > m { m = $1 } END { print (m == "" ? "?" : m " MiB"
 # PyTorch's compile are left out) to the last one above 10% (the exit is left out), and the
 # share of those samples in which the power limit was capping the clock
 smi_clock_power() {
-    awk -v capf="$CAP_FIELD" -F', *' '{ m[NR] = $1; c[NR] = $2; p[NR] = $3; cap[NR] = ($4 == "Active"); if ($1 > mx) mx = $1 }
+    awk -v capf="$CAP_FIELD" -F', *' '{ m[NR] = $1; c[NR] = $2; p[NR] = $3; cap[NR] = ($4 == "Active")
+                                        if ($1 > mx) mx = $1 }
         END { for (i = 1; i <= NR && m[i] < 0.9 * mx; i++);
               for (j = NR; j > i && m[j] <= mx / 10; j--);
               for (k = i; k <= j; k++) { n++; sc += c[k]; sp += p[k]; sa += cap[k] }
-              if (n && mx > 0) printf("%.0f MHz, %.0f W%s", sc / n, sp / n, capf != "" ? sprintf(", power-capped %.0f%%", 100 * sa / n) : "")
+              if (n && mx > 0) printf("%.0f MHz, %.0f W%s", sc / n, sp / n,
+                                      capf != "" ? sprintf(", power-capped %.0f%%", 100 * sa / n) : "")
               else print "?" }' "$W/$1.smi" 2>/dev/null
 }
 
 # rows from each program's own end-of-run lines
+row_skipped() { printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; }
 row_cu() {  # NAME MODEL B
     local log="$W/$1.log" mean mem
-    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    if grep -q '^skipped' "$log"; then row_skipped "$@"; return; fi
     mean=$(grep -E '^mean over steps' "$log" | tail -1)
     mem=$(grep -E '^device memory in use at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
     if [ -z "$mean" ]; then
@@ -118,28 +123,34 @@ row_cu() {  # NAME MODEL B
     joules=$(grep -E '^energy over steps' "$log" | tail -1 | sed -E 's/.*: ([0-9.]+) J\/step.*/\1/')
     echo "$mean" | sed -E 's/.*: ([0-9.]+) ms\/step, ([0-9]+) tok\/s, MFU ([0-9.]+)%.*/\1 \2 \3/' | {
         read -r ms tok mfu
-        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "${joules:--}" "$mem" "$(smi_max "$1")" \
+        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "${joules:--}" \
+            "$mem" "$(smi_max "$1")" \
             "$(smi_clock_power "$1")" >> "$TABLE"
     }
 }
 row_torch() {  # NAME MODEL B
     local log="$W/$1.log" s
-    if grep -q '^skipped' "$log"; then printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; return; fi
+    if grep -q '^skipped' "$log"; then row_skipped "$@"; return; fi
     s=$(grep -E '^SUMMARY ' "$log" | tail -1 | sed 's/^SUMMARY //')
     if [ -z "$s" ]; then
         printf '%s\t%s\t%s\tfailed\t-\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return
     fi
-    echo "$s" | python3 -c 'import json, sys; d = json.load(sys.stdin); print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"], d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d.get("joules_per_step", "-"), d["max_reserved_MiB"], d["max_allocated_MiB"]))' "$1" \
+    echo "$s" | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB reserved (%s allocated)" % (sys.argv[1], d["model"], d["B"],
+      d["ms_per_step"], d["tokens_per_s"], d["mfu_pct"], d.get("joules_per_step", "-"), d["max_reserved_MiB"],
+      d["max_allocated_MiB"]))' "$1" \
         | sed "s/\$/\t$(smi_max "$1")\t$(smi_clock_power "$1")/" >> "$TABLE"
 }
 
-CU_COMMON=(-t $T -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant ${FLAGS:-})
-TORCH=(python3 dev/train_gpt2_torch.py --seq-len $T --steps "$STEPS")
+# shellcheck disable=SC2206  # FLAGS is a list of options
+CU_COMMON=(-t "$T" -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant ${FLAGS:-})
+TORCH=(python3 dev/train_gpt2_torch.py --seq-len "$T" --steps "$STEPS")
 
 # 1. GPT-2 124M, B=64
 for r in $CU_R; do
-    run "train_gpt2cu_r$r" 60 "$CU" -e d12 -b 64 -r $r "${CU_COMMON[@]}"
+    run "train_gpt2cu_r$r" 60 "$CU" -e d12 -b 64 -r "$r" "${CU_COMMON[@]}"
     row_cu "train_gpt2cu_r$r" d12 64
     if [ -n "${CU_ALT:-}" ]; then
         # shellcheck disable=SC2086  # CU_ALT is a list of options
@@ -164,7 +175,7 @@ for b in $D24_BATCHES; do
     [ $rc = 0 ] || [ $rc = 99 ] && break
 done
 
-# logs back (few files: the device tool returns at most 8)
+# the logs as two files, whatever the number of runs: one to read, one to unpack
 for f in "$W"/*.log; do echo "######## $(basename "$f")"; cat "$f"; done > "$OUT/all_logs.txt"
 tar czf "$OUT/logs.tar.gz" -C "$W" .
 echo "total $(( $(date +%s) - START ))s"
@@ -173,5 +184,6 @@ echo "GPU benchmark: mean over steps 11..$STEPS, T=$T, bf16 ($(head -2 "$W/00_gp
 [ -n "${CU_ALT:-}" ] && echo "(rows *_alt: train_gpt2cu with $CU_ALT)"
 # aligned columns (the GPU machine has no column(1))
 awk -F'\t' '{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n[NR] = NF }
-     END { for (r = 1; r <= NR; r++) { for (i = 1; i <= n[r]; i++) if (i < n[r]) printf("%-" w[i] "s  ", c[r, i]); else print c[r, i] } }' \
+     END { for (r = 1; r <= NR; r++) for (i = 1; i <= n[r]; i++)
+               if (i < n[r]) printf("%-" w[i] "s  ", c[r, i]); else print c[r, i] }' \
     "$TABLE" | tee "$OUT/table.txt"

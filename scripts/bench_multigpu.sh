@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/bench_multigpu.sh: data-parallel scaling on one machine of several GPUs, for one
-# device call (the multi-GPU issue). With NCCL (NVLink multicast off):
+# scripts/bench_multigpu.sh: data-parallel scaling on one machine of several GPUs, in one
+# run. With NCCL (NVLink multicast off):
 #   GPT-2 124M, B=64, T=1024, total batch 524288 tokens, $STEPS steps, on 1, 2, 4, 8 GPUs
 #   (those the machine has) at ZeRO 0, 1, 2: tokens/s, per-GPU tokens/s as a fraction of
 #   the 1-GPU run (the scaling efficiency), peak memory per GPU (rank 0's own figure and
@@ -10,7 +10,7 @@
 # Needs ./train_gpt2cu (or CU=...) built with MPI, data/tinyshakespeare (or DATA=glob).
 # Prints the table last; logs under $OUT (default out/bench_multigpu).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-out/bench_multigpu}
 CU=${CU:-./train_gpt2cu}
 STEPS=${STEPS:-30}
@@ -21,7 +21,8 @@ NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { echo "no GPU found (nvidia-smi -L)" >&2; exit 1; }
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TABLE="$OUT/table.tsv"
-printf 'model\tGPUs\tZeRO\tB\tms/step\ttokens/s\tper-GPU vs 1 GPU\tpeak MiB (rank 0)\tnvidia-smi max MiB\tlast loss\n' > "$TABLE"
+printf '%s\t' model GPUs ZeRO B ms/step tokens/s 'per-GPU vs 1 GPU' 'peak MiB (rank 0)' 'nvidia-smi max MiB' > "$TABLE"
+echo 'last loss' >> "$TABLE"
 COMMON=(-i "$DATA" -j "" -t 1024 -x "$STEPS" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant -r 0)
 
 run() {  # NAME NP ARGS...: one run (mpirun for NP > 1), nvidia-smi sampled meanwhile
@@ -41,9 +42,11 @@ row() {  # NAME MODEL NP ZERO B BASE_TOKS
     mem=$(grep -E 'at peak' "$log" | sed -E 's/.*: ([0-9]+) MiB/\1/')
     loss=$(grep -E '^step' "$log" | tail -1 | awk -F'|' '{print $2}' | awk '{print $2}')
     smi=$(sort -n "$OUT/$1.smi" 2>/dev/null | tail -1)
-    eff=-; [ -n "$tok" ] && [ -n "$6" ] && eff=$(awk -v t="$tok" -v n="$3" -v b="$6" 'BEGIN{printf "%.1f%%", 100 * t / n / b}')
+    eff=-
+    [ -n "$tok" ] && [ -n "$6" ] && eff=$(awk -v t="$tok" -v n="$3" -v b="$6" 'BEGIN{printf "%.1f%%", 100 * t / n / b}')
     [ -z "$mean" ] && ms=failed tok=- 
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" "$ms" "$tok" "$eff" "${mem:--}" "${smi:--}" "${loss:--}" >> "$TABLE"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" "$ms" "$tok" "$eff" "${mem:--}" \
+        "${smi:--}" "${loss:--}" >> "$TABLE"
     echo "$tok"
 }
 
@@ -64,10 +67,13 @@ for b in $D48_BATCHES; do
     name="d48_np${np}_z1_b$b"
     echo "== $name"
     total=$((b * 1024 * np)); [ $total -lt 524288 ] && total=$(( (524288 / total) * total ))
-    if run "$name" "$np" "${COMMON[@]}" -e d48 -b "$b" -d "$total" -z 1 -x 12; then row "$name" d48 "$np" 1 "$b" "" > /dev/null; break; fi
+    run "$name" "$np" "${COMMON[@]}" -e d48 -b "$b" -d "$total" -z 1 -x 12
+    rc=$?
     row "$name" d48 "$np" 1 "$b" "" > /dev/null
+    [ $rc = 0 ] && break
 done
 echo
 awk -F'\t' '{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n[NR] = NF }
-     END { for (r = 1; r <= NR; r++) { for (i = 1; i <= n[r]; i++) if (i < n[r]) printf("%-" w[i] "s  ", c[r, i]); else print c[r, i] } }' \
+     END { for (r = 1; r <= NR; r++) for (i = 1; i <= n[r]; i++)
+               if (i < n[r]) printf("%-" w[i] "s  ", c[r, i]); else print c[r, i] }' \
     "$TABLE" | tee "$OUT/table.txt"

@@ -4,8 +4,11 @@
 // inputs. Outputs are poisoned with NaN and fenced by guard bytes before each call, so
 // unwritten and out-of-bounds elements are caught. The MPI backend must also match its
 // contract bit for bit (rank-order fp32 sum, one rounding), agree across ranks and repeat
-// exactly; for NCCL those two are only reported. Rank 0 prints one line per case and
-// "N passed, M failed"; the exit status is 1 on any failure.
+// exactly; for NCCL those two are only reported. At one rank with --backend nccl the cases
+// run twice: through comm.cuh's one-rank paths, then through its NCCL calls on a one-rank
+// communicator. Rank 0 prints one line per case and "N passed, M failed"; the exit status
+// is 1 on any failure.
+//   mpirun -np 1 build/test_comm --backend nccl   also on a machine of one GPU
 //   mpirun -np 2 build/test_comm --backend nccl   one GPU per rank
 //   mpirun -np 4 build/test_comm --backend mpi    every rank on GPU local_rank % count, via host memory
 //   --seed S     the inputs of an earlier run (its seed is printed first)
@@ -193,8 +196,8 @@ static void case_allreduce(size_t n, int f32, const char *label) {
         size_t diff = 0, first = 0;
         for (size_t i = 0; i < n; i++)
             if (memcmp(&got[i], &contract[i], sizeof(T)) != 0 && diff++ == 0) first = i;
-        CHECK(diff == 0, "%zu elements differ from the rank-order fp32 sum, first at %zu: got %.8g, expected %.8g", diff,
-              first, diff ? to_float(got[first]) : 0.0f, diff ? to_float(contract[first]) : 0.0f);
+        CHECK(diff == 0, "%zu elements differ from the rank-order fp32 sum, first at %zu: got %.8g, expected %.8g",
+              diff, first, diff ? to_float(got[first]) : 0.0f, diff ? to_float(contract[first]) : 0.0f);
     }
     check_guards(&buf, "all-reduce");
     m.ranks_same = same_on_all_ranks(h[1]);
@@ -209,7 +212,8 @@ static void case_allreduce(size_t n, int f32, const char *label) {
 static void case_reduce_scatter(size_t chunk, int in_place, const char *label) {
     const int W = g_pg.world, me = g_pg.rank;
     size_t total = (size_t)W * chunk, bytes = chunk * sizeof(floatX);
-    floatX *mine = (floatX *)xmalloc((total + 1) * sizeof(floatX)), *x = (floatX *)xmalloc((total + 1) * sizeof(floatX));
+    floatX *mine = (floatX *)xmalloc((total + 1) * sizeof(floatX));
+    floatX *x = (floatX *)xmalloc((total + 1) * sizeof(floatX));
     floatX *got = (floatX *)xmalloc(bytes + sizeof(floatX)), *contract = (floatX *)xmalloc(bytes + sizeof(floatX));
     floatX *in_after = (floatX *)xmalloc((total + 1) * sizeof(floatX));
     double *want = (double *)xcalloc(chunk + 1, sizeof(double)), *absum = (double *)xcalloc(chunk + 1, sizeof(double));
@@ -267,7 +271,8 @@ static void case_reduce_scatter(size_t chunk, int in_place, const char *label) {
 static void case_allgather(size_t chunk, int in_place, const char *label) {
     const int W = g_pg.world, me = g_pg.rank;
     size_t total = (size_t)W * chunk, bytes = chunk * sizeof(floatX);
-    floatX *want = (floatX *)xmalloc((total + 1) * sizeof(floatX)), *got = (floatX *)xmalloc((total + 1) * sizeof(floatX));
+    floatX *want = (floatX *)xmalloc((total + 1) * sizeof(floatX));
+    floatX *got = (floatX *)xmalloc((total + 1) * sizeof(floatX));
     for (int r = 0; r < W; r++) rank_input(r, want + (size_t)r * chunk, chunk);
 
     DevBuf out = dev_alloc(total * sizeof(floatX)), in = dev_alloc(in_place ? 0 : bytes);
@@ -304,6 +309,39 @@ static void case_allgather(size_t chunk, int in_place, const char *label) {
     free(want); free(got);
 }
 
+// every case, each name followed by label
+static void run_cases(const char *label) {
+    const size_t sizes[] = {0, 1, 7, 1000, 65537, 1000003, 4194304};
+    const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
+    for (int i = 0; i < nsizes; i++) case_allreduce<floatX>(sizes[i], 0, label);
+    for (int i = 0; i < nsizes; i++) case_reduce_scatter(sizes[i], 0, label);
+    for (int i = 0; i < nsizes; i++) case_allgather(sizes[i], 0, label);
+    case_reduce_scatter(7, 1, label);
+    case_reduce_scatter(1000003, 1, label);
+    case_allgather(7, 1, label);
+    case_allgather(1000003, 1, label);
+    const size_t small[] = {1, 2, 7, 1000, 65537};
+    for (int i = 0; i < 5; i++) case_allreduce<float>(small[i], 1, label);
+    if (g_comm.backend == COMM_BACKEND_MPI) {
+        // the cut of long buffers into several MPI exchanges (normally COMM_MPI_PIECE
+        // elements), including pieces shorter than the number of ranks
+        const size_t pieces[] = {3, 4099};
+        const size_t ns[] = {7, 1000003};
+        for (int k = 0; k < 2; k++) {
+            char plabel[96];
+            snprintf(plabel, sizeof plabel, " (pieces of %zu)%s", pieces[k], label);
+            g_comm.mpi_piece = pieces[k];
+            case_allreduce<floatX>(ns[k], 0, plabel);
+            case_allreduce<float>(ns[k], 1, plabel);
+            case_reduce_scatter(ns[k], 0, plabel);
+            case_reduce_scatter(ns[k], 1, plabel);
+            case_allgather(ns[k], 0, plabel);
+            case_allgather(ns[k], 1, plabel);
+        }
+        g_comm.mpi_piece = COMM_MPI_PIECE;
+    }
+}
+
 // all-reduce bandwidth at 100 MiB (not a test: printed only)
 static void bench_allreduce(void) {
     size_t bytes = (size_t)100 << 20, n = bytes / sizeof(floatX);
@@ -328,7 +366,8 @@ static void bench_allreduce(void) {
         int W = g_pg.world;
         double algbw = bytes / (worst * 1e-3) / 1e9;
         // bus bandwidth: what each link carries in a ring all-reduce, comparable across world sizes
-        printf("bench: all-reduce of 100 MiB (%zu %s), %d ranks, backend %s: %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n",
+        printf("bench: all-reduce of 100 MiB (%zu %s), %d ranks, backend %s: %.3f ms, algbw %.1f GB/s, "
+               "busbw %.1f GB/s\n",
                n, PRECISION_NAME, W, comm_backend_name(g_comm.backend), worst, algbw, algbw * 2.0 * (W - 1) / W);
     }
     CUDA_CHECK(cudaEventDestroy(t0));
@@ -376,7 +415,8 @@ int main(int argc, char **argv) {
         MPI_Comm_size(node, &local_size);
         MPI_Comm_free(&node);
         if (local_size > ndev)
-            fatal("--backend nccl needs one GPU per rank: %d ranks on this node, %d GPUs; --backend mpi lets ranks share a GPU",
+            fatal("--backend nccl needs one GPU per rank: %d ranks on this node, %d GPUs; "
+                  "--backend mpi lets ranks share a GPU",
                   local_size, ndev);
     }
     CUDA_CHECK(cudaSetDevice(g_pg.local_rank % ndev));
@@ -385,34 +425,21 @@ int main(int argc, char **argv) {
         printf("test_comm: %d ranks, backend %s, %s, seed %llu (--seed %llu repeats these inputs)\n", g_pg.world,
                comm_backend_name(g_comm.backend), PRECISION_NAME, seed, seed);
 
-    const size_t sizes[] = {0, 1, 7, 1000, 65537, 1000003, 4194304};
-    const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
-    for (int i = 0; i < nsizes; i++) case_allreduce<floatX>(sizes[i], 0, "");
-    for (int i = 0; i < nsizes; i++) case_reduce_scatter(sizes[i], 0, "");
-    for (int i = 0; i < nsizes; i++) case_allgather(sizes[i], 0, "");
-    case_reduce_scatter(7, 1, "");
-    case_reduce_scatter(1000003, 1, "");
-    case_allgather(7, 1, "");
-    case_allgather(1000003, 1, "");
-    const size_t small[] = {1, 2, 7, 1000, 65537};
-    for (int i = 0; i < 5; i++) case_allreduce<float>(small[i], 1, "");
-    if (g_comm.backend == COMM_BACKEND_MPI) {
-        // the cut of long buffers into several MPI exchanges (normally COMM_MPI_PIECE
-        // elements), including pieces shorter than the number of ranks
-        const size_t pieces[] = {3, 4099};
-        const size_t ns[] = {7, 1000003};
-        for (int k = 0; k < 2; k++) {
-            char label[48];
-            snprintf(label, sizeof label, " (pieces of %zu)", pieces[k]);
-            g_comm.mpi_piece = pieces[k];
-            case_allreduce<floatX>(ns[k], 0, label);
-            case_allreduce<float>(ns[k], 1, label);
-            case_reduce_scatter(ns[k], 0, label);
-            case_reduce_scatter(ns[k], 1, label);
-            case_allgather(ns[k], 0, label);
-            case_allgather(ns[k], 1, label);
-        }
-        g_comm.mpi_piece = COMM_MPI_PIECE;
+    run_cases("");
+    if (g_pg.world == 1 && backend == COMM_BACKEND_NCCL) {
+        // At one rank comm.cuh answers every collective itself (a no-op or a device copy)
+        // and never creates a communicator, so the pass above reached none of its NCCL
+        // calls. This pass runs them on a one-rank NCCL communicator. The Comm claims two
+        // ranks only so that each call takes its NCCL branch; NCCL sizes every buffer by
+        // its communicator (one rank), and the expected results come from g_pg (one rank).
+        int dev;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        NCCL_CHECK(ncclCommInitAll(&g_comm.nccl, 1, &dev));
+        g_comm.backend = COMM_BACKEND_NCCL;
+        g_comm.world = 2;
+        printf("test_comm: the same cases through NCCL, on a one-rank communicator\n");
+        run_cases(" [nccl, 1 rank]");
+        g_comm.world = 1;
     }
 
     if (bench) bench_allreduce();

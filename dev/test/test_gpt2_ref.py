@@ -33,7 +33,8 @@ spec.loader.exec_module(ref)  # sets OMP_WAIT_POLICY before torch is imported
 
 import torch  # noqa: E402
 
-# The tensors that get weight decay, written from the brief (not taken from the module).
+# The tensors that get weight decay, written out by hand: every 2-D weight, no bias or layernorm
+# parameter (not taken from the module, which is what is under test).
 DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]

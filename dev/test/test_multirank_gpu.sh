@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # $R, $D, $BIN and $MPIRUN are lists of words on purpose (whole file)
 # test_multirank_gpu.sh: the data-parallel trainer on ONE GPU (run on the GPU machine):
 # several ranks share the GPU through the MPI host-memory backend (--comm mpi). Checks
 #   - the collectives themselves (test_comm, 1/2/4 ranks);
@@ -10,14 +11,15 @@
 #   - a run repeats itself bit for bit; a 2-rank run resumed from its step-10 checkpoint
 #     repeats the uninterrupted run (ZeRO 0, 1, 2); the model file of a ZeRO run loads in
 #     a single-GPU run and gives the same validation loss.
-# Expects BIN (default .carry/bin: train_gpt2cu, test_comm) and DATA (default .carry/ts).
+# Expects BIN (default dist/gpu/bin: train_gpt2cu, test_comm; scripts/gpu_bundle.sh builds them)
+# and DATA (default dist/gpu/data: the Tiny Shakespeare shards).
 # QUICK=1: only 2 ranks at ZeRO 1 and 2 against 1 rank, the ZeRO-1 resume and the model
 # file check (about a minute).
 # Logs in $OUT (default out/multirank); ends with "N passed, M failed".
 set -u
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-.carry/bin}
-DATA=${DATA:-.carry/ts}
+cd "$(dirname "$0")/../.." || exit 1
+BIN=${BIN:-dist/gpu/bin}
+DATA=${DATA:-dist/gpu/data}
 OUT=${OUT:-out/multirank}
 mkdir -p "$OUT"
 W=$(mktemp -d)
@@ -33,7 +35,8 @@ for n in 1 2 4; do
     timeout 120 $MPIRUN $n $BIN/test_comm --backend mpi > "$W/comm$n.log" 2>&1
     rc=$?
     res=$(grep -E "passed, .* failed" "$W/comm$n.log" | tail -1)
-    [ $rc = 0 ] && ok "test_comm --backend mpi, $n rank(s): $res" || bad "test_comm --backend mpi, $n rank(s): rc=$rc $res"
+    if [ $rc = 0 ]; then ok "test_comm --backend mpi, $n rank(s): $res"
+    else bad "test_comm --backend mpi, $n rank(s): rc=$rc $res"; fi
 done
 
 D="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
@@ -49,12 +52,14 @@ train() {
 steps() { grep -E '^step' "$W/$1.log" | awk -F'|' '{print $1 $2 $3}'; }
 losses() { grep -E '^step' "$W/$1.log" | awk -F'|' '{print $2}' | awk '{print $2}'; }
 same() {  # same A B WHAT: step lines (loss, norm) identical
-    if [ -n "$(steps "$1")" ] && [ "$(steps "$1")" = "$(steps "$2")" ]; then ok "$3: bit-exact ($(steps "$1" | wc -l) steps)"
+    if [ -n "$(steps "$1")" ] && [ "$(steps "$1")" = "$(steps "$2")" ]; then
+        ok "$3: bit-exact ($(steps "$1" | wc -l) steps)"
     else bad "$3: not bit-exact"; diff <(steps "$1") <(steps "$2") | head -6; fi
 }
 close() {  # close A B TOL WHAT: per-step losses within TOL
     local d
-    d=$(paste <(losses "$1") <(losses "$2") | awk 'BEGIN{m=-1} NF==2{x=$1-$2; if (x<0) x=-x; if (x>m) m=x} END{print m}')
+    d=$(paste <(losses "$1") <(losses "$2") |
+        awk 'BEGIN{m=-1} NF==2{x=$1-$2; if (x<0) x=-x; if (x>m) m=x} END{print m}')
     if [ -n "$d" ] && awk -v d="$d" -v t="$3" 'BEGIN{exit !(d >= 0 && d <= t)}'; then ok "$4: max |loss diff| $d <= $3"
     else bad "$4: max |loss diff| $d (tolerance $3)"; fi
 }
@@ -103,7 +108,8 @@ ls "$W/full1" | tr '\n' ' ' | sed 's/^/     files: /'; echo
 
 # the model file of the ZeRO-1 run, in one process: the same validation loss on the same tokens
 train load1 1 $D -e "$W/full1/model_00000020.bin" -t 256 -b 16 -d 4096 -x 1 -l 0 -m 2 -v 1 -s 0 -g 0
-va=$(grep '^val loss' "$W/full1.log" | tail -1 | awk '{print $3}'); vb=$(grep '^val loss' "$W/load1.log" | tail -1 | awk '{print $3}')
+va=$(grep '^val loss' "$W/full1.log" | tail -1 | awk '{print $3}')
+vb=$(grep '^val loss' "$W/load1.log" | tail -1 | awk '{print $3}')
 if [ -n "$va" ] && [ -n "$vb" ] && awk -v a="$va" -v b="$vb" 'BEGIN{d=a-b; if (d<0) d=-d; exit !(d < 1e-2)}'; then
     ok "ZeRO-1 model file loads in a 1-GPU run: val loss $vb vs the 2-rank run's $va"
 else bad "ZeRO-1 model file in a 1-GPU run: val loss '$vb' vs '$va'"; fi

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# gpu_bundle.sh: every GPU binary the GPU scripts use, for a GPU host that has the CUDA
+# runtime but no compiler. Run it on a machine with nvcc (no GPU needed): it builds the
+# programs with the Makefile's flags (MPI and NCCL included) into dist/gpu/bin and copies
+# the Tiny Shakespeare shards and text into dist/gpu/data (dist/ is git-ignored). Then copy
+# dist/gpu to the same place in a checkout of the same commit on the GPU host and run,
+# from the repository root there, e.g. scripts/gpu_check.sh (QUICK=1 for the short one);
+# the GPU scripts look in dist/gpu/bin and dist/gpu/data unless BIN= and DATA= say otherwise.
+# Names in dist/gpu/bin: train_gpt2cu, test_gpt2cu, test_attention, test_wgmma (bf16),
+# the same with _fp16 and _fp32 (no attention tests in fp32), test_comm, bench_matmul.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIST=${DIST:-dist/gpu}
+JOBS=${JOBS:-$(nproc)}
+make -s data > /dev/null
+# a fresh folder: a binary the Makefile no longer builds must not linger from an older bundle
+rm -rf "${DIST:?}/bin" "${DIST:?}/data"
+mkdir -p "$DIST/bin" "$DIST/data"
+# input.txt too: dev/data/tinyshakespeare.sh finds the shards up to date only beside it
+cp data/tinyshakespeare/*.bin data/tinyshakespeare/input.txt "$DIST/data/"
+
+suffix() { [ "$1" = BF16 ] || echo "_$(echo "$1" | tr '[:upper:]' '[:lower:]')"; }
+programs() { echo train_gpt2cu test_gpt2cu; [ "$1" = FP32 ] || echo test_attention test_wgmma; }
+if make -n build/cuda_FP16/train_gpt2cu > /dev/null 2>&1; then
+    # a folder per precision: incremental, and the tree's own ./train_gpt2cu stays as it is
+    targets=""
+    for p in BF16 FP16 FP32; do
+        for x in $(programs $p); do targets="$targets build/cuda_$p/$x"; done
+    done
+    echo "make$targets"
+    # shellcheck disable=SC2086  # a list of targets
+    make -s -j"$JOBS" $targets
+    for p in BF16 FP16 FP32; do
+        for x in $(programs $p); do cp "build/cuda_$p/$x" "$DIST/bin/$x$(suffix $p)"; done
+    done
+else
+    # one precision at a time through the shared outputs; BF16 last, so that the tree's
+    # binaries end as the default build
+    for p in FP16 FP32 BF16; do
+        echo "make -B PRECISION=$p: $(programs $p | tr '\n' ' ')"
+        make -s -B -j"$JOBS" PRECISION=$p train_gpt2cu test_gpt2cu
+        cp train_gpt2cu "$DIST/bin/train_gpt2cu$(suffix $p)"
+        cp test_gpt2cu "$DIST/bin/test_gpt2cu$(suffix $p)"
+        if [ $p != FP32 ]; then
+            make -s -B -j"$JOBS" PRECISION=$p build/test_attention build/test_wgmma
+            cp build/test_attention "$DIST/bin/test_attention$(suffix $p)"
+            cp build/test_wgmma "$DIST/bin/test_wgmma$(suffix $p)"
+        fi
+    done
+fi
+# these two live in build/ whatever the precision: -B so that they are bf16 for sure
+make -s -B -j"$JOBS" PRECISION=BF16 build/test_comm build/bench_matmul
+cp build/test_comm build/bench_matmul "$DIST/bin/"
+# which source the binaries came from, for the GPU host to print beside its results
+{
+    echo "built $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) by scripts/gpu_bundle.sh"
+    dirty=$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')
+    echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$dirty"
+    nvcc --version | tail -1
+} > "$DIST/BUILD_INFO"
+cat "$DIST/BUILD_INFO"
+du -sh "$DIST"
