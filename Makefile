@@ -23,8 +23,9 @@ PRECISION ?= BF16
 # kernels/attention_sm90.cuh); GPU_ARCH=90 builds the mma.sync kernels only
 GPU_ARCH ?= 90a
 FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
-NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
-             -DGPU_CC=$(subst a,,$(GPU_ARCH)) -DPRECISION=$(PRECISION) -I.
+NVCC_ARCH_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
+                  -DGPU_CC=$(subst a,,$(GPU_ARCH)) -I.
+NVCC_FLAGS = $(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION)
 NVCC_LIBS = -lcublas -lcublasLt -lnccl -ldl
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 MPICC ?= mpicc
@@ -38,24 +39,31 @@ NVCC_MPI = $(if $(HAVE_MPI),-DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE))
 NVCC_MPI_LIBS = $(if $(HAVE_MPI),$(NVCC_MPI_LINK))
 
 # the python that has PyTorch (Debian's python3-torch lives under /usr/bin/python3)
-PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
+PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do \
+                    $$p -c 'import torch' 2>/dev/null && echo $$p && break; done)
 # the python that has tiktoken (pip installs for the python3 on PATH)
 PYTHON ?= python3
 
 COMMON_H = $(wildcard common/*.h)
 KERNELS_H = $(wildcard kernels/*.cuh)
+COMM_CUH = kernels/comm.cuh kernels/common.cuh
+ATTN_CUH = kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh
+MATMUL_CUH = kernels/matmul.cuh kernels/common.cuh
+CBLAS_H = $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h)
 
-.PHONY: help all cpu cuda quickstart data test test-unit test-tokenizer test-ref test-d12 \
+.PHONY: help all cpu cuda cuda-FP32 cuda-FP16 cuda-BF16 quickstart data test test-run test-d12 \
         bench-sgemm bench-tokenizer bench-cpu clean
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z0-9_%/-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_%/-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
+	    awk -F'\t' '{printf "  %-18s %s\n", $$1, $$2}'
 
 all: cpu $(if $(HAVE_NVCC),cuda)  ## build everything this machine can build
 
 cpu: train_gpt2 test_gpt2 prepro build/tokenize  ## build the CPU programs
 
-quickstart: cpu  ## the main job: prepare Tiny Shakespeare, train (GPU if present, else CPU), sample
+# only what scripts/quickstart.sh runs (it runs the data step itself, and builds train_gpt2cu where a GPU is)
+quickstart: train_gpt2 prepro  ## the main job: prepare Tiny Shakespeare, train (GPU if present, else CPU), sample
 	./scripts/quickstart.sh
 
 data: prepro  ## tokenize Tiny Shakespeare into data/tinyshakespeare/*.bin
@@ -79,7 +87,9 @@ build/tokenize: dev/tokenize.c $(COMMON_H)  ## tokenizer CLI: encode, decode, be
 	$(CC) $(CFLAGS) -o $@ dev/tokenize.c $(LDLIBS)
 
 # unit tests, built with AddressSanitizer and UBSan
-build/san/%: dev/test/%.c $(COMMON_H)
+# the fuzzer runs prepro's own main() in-process
+build/san/fuzz_readers: dev/data/prepro.c dev/test/testutil.h
+build/san/%: dev/test/%.c $(COMMON_H) dev/test/testutil.h
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp -pthread $(SAN_FLAGS) -o $@ $< $(LDLIBS)
 
@@ -102,24 +112,36 @@ build/test_sgemm: dev/test/test_sgemm.c common/sgemm.h
 
 build/bench_sgemm: dev/bench_sgemm.c common/sgemm.h
 	@mkdir -p build
-	$(CC) $(CFLAGS) -o $@ dev/bench_sgemm.c $(LDLIBS) $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h),-DHAVE_CBLAS -lopenblas)
+	$(CC) $(CFLAGS) -o $@ dev/bench_sgemm.c $(LDLIBS) $(if $(CBLAS_H),-DHAVE_CBLAS -lopenblas)
 
-build/test_distributed: dev/test/test_distributed.c common/distributed.h $(COMMON_H)  ## multi-process logic under mpirun (ZeRO shards, collectives, batch split)
+build/test_distributed: dev/test/test_distributed.c $(COMMON_H)  ## multi-process logic under mpirun (ZeRO, batch split)
 	@mkdir -p build
 	$(MPICC) -std=c11 -O2 -Wall -Wextra -DUSE_MPI -I. -o $@ dev/test/test_distributed.c -lm
 
-build/test_comm: dev/test/test_comm.cu kernels/comm.cuh kernels/common.cuh $(COMMON_H)  ## GPU collectives (NCCL, MPI via host) vs a host reference, under mpirun (GPU)
+build/test_comm: dev/test/test_comm.cu $(COMM_CUH) $(COMMON_H)  ## GPU collectives (NCCL, MPI) vs a host reference (GPU)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE) -o $@ dev/test/test_comm.cu $(NVCC_LIBS) $(NVCC_MPI_LINK)
+	$(NVCC) $(NVCC_FLAGS) -DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE) -o $@ dev/test/test_comm.cu \
+	    $(NVCC_LIBS) $(NVCC_MPI_LINK)
 
-build/test_nccl_id_file: dev/test/test_nccl_id_file.cu kernels/comm.cuh kernels/common.cuh $(COMMON_H)  ## the environment launch's NCCL id file exchange (nvcc; runs without a GPU)
+build/test_nccl_id_file: dev/test/test_nccl_id_file.cu $(COMM_CUH) $(COMMON_H)  ## NCCL id file exchange (no GPU needed)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_nccl_id_file.cu $(NVCC_LIBS)
 
-UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader build/san/test_checkpoint build/san/test_sgemm build/san/test_energy
+UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader \
+             build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
+             build/san/test_loss_scaler
 
-test: cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),build/test_nccl_id_file)  ## run every test (CPU; the README's test command)
-	PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
+# The dependencies come first, before anything is built (mpicc builds a unit test), and the
+# tests run in a sub-make so that HAVE_MPI, PYTHON_TORCH, ... see what was just installed.
+test:  ## run every test (the README's test command); first installs missing dependencies (as root)
+	PYTHON=$(PYTHON) MPICC=$(MPICC) ./scripts/install_deps.sh --ensure
+	@$(MAKE) --no-print-directory test-run
+
+# ./train_gpt2cu is the BF16 build whose command line test_train_cli.sh checks; run_all.sh
+# compiles every CUDA program in every precision (cuda-FP32, ...) as tests of their own
+TEST_PREREQS = cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),train_gpt2cu build/test_nccl_id_file)
+test-run: $(TEST_PREREQS)  ## make test without the dependency check
+	HAVE_NVCC=$(if $(HAVE_NVCC),1,0) PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
 
 test-d12: test_gpt2  ## CPU trainer vs the reference at the GPT-2 124M shape (B=4, T=64; ~1 min)
 	$(PYTHON_TORCH) dev/gpt2_ref.py --model d12 --batch 4 --seq-len 64 --out-dir build/ref_d12
@@ -134,7 +156,10 @@ bench-tokenizer: build/tokenize data  ## our tokenizer's MB/s beside tiktoken's
 bench-cpu: train_gpt2 data  ## CPU trainer step time at d12, B=4, T=64
 	./scripts/bench_cpu.sh
 
-cuda: train_gpt2cu test_gpt2cu $(if $(filter FP32,$(PRECISION)),,build/test_attention build/test_wgmma)  ## build the GPU trainer and its test (nvcc)
+# the attention tests have no FP32 build
+ATTN_TESTS = test_attention test_wgmma
+CUDA_TESTS = $(if $(filter FP32,$(PRECISION)),,$(addprefix build/,$(ATTN_TESTS)))
+cuda: train_gpt2cu test_gpt2cu $(CUDA_TESTS)  ## build the GPU trainer and its test (nvcc)
 
 train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
@@ -142,15 +167,37 @@ train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, o
 test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/test_attention: dev/test/test_attention.cu kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh common/energy.h  ## flash attention vs an fp32 reference, and its benchmark (GPU)
+# Every CUDA program in one precision, in a folder of its own: make test compiles all three
+# so that a GPU build broken in any precision fails it (the GPU itself is not needed).
+cuda-FP32: $(addprefix build/cuda_FP32/,train_gpt2cu test_gpt2cu)  ## every CUDA program in FP32, into build/cuda_FP32/
+cuda-FP16: $(addprefix build/cuda_FP16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, FP16
+cuda-BF16: $(addprefix build/cuda_BF16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, BF16
+
+build/cuda_%/train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
+
+build/cuda_%/test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
+
+build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
+
+build/cuda_%/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
+
+build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h  ## flash attention vs fp32 (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
-build/test_wgmma: dev/test/test_wgmma.cu kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh  ## the wgmma building blocks (descriptors, operand layouts) vs a CPU product (GPU)
+build/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH)  ## wgmma building blocks vs a CPU product (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
-build/bench_matmul: dev/bench_matmul.cu kernels/matmul.cuh kernels/common.cuh common/energy.h  ## every cuBLASLt algorithm on the step's matmul shapes, then ms and J a step sustained (GPU)
+build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) common/energy.h  ## cuBLASLt algorithms, step shapes (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
 

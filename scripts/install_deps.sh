@@ -1,32 +1,110 @@
 #!/usr/bin/env bash
-# install_deps.sh: installs what the build and the tests need on a Debian/Ubuntu machine:
-# compilers, OpenBLAS (optional BLAS build), OpenMPI, Debian's PyTorch (the reference),
-# and tiktoken, regex, unicodedata2 from PyPI (the tokenizer's reference). Needs root (or sudo).
-#   --check   only report whether everything is there (exit 1 if not)
+# install_deps.sh: what the build and the tests need on a Debian/Ubuntu machine:
+# compilers, OpenMPI, Debian's PyTorch (the reference), OpenBLAS (the optional BLAS
+# build), and from PyPI tiktoken, regex, unicodedata2 (the tokenizer's reference) and
+# pyarrow (the FineWeb parquet checks).
+#   install_deps.sh           install what is missing (as root, else through sudo)
+#   install_deps.sh --ensure  the same, but never through sudo: not root and something
+#                             missing, it names what is missing and exits 1 (make test)
+#   install_deps.sh --check   only name what is missing (exit 1 if anything is)
+# PYTHON (default python3) is the python that gets the PyPI packages; MPICC (default
+# mpicc) the MPI compiler the Makefile uses.
 set -euo pipefail
-PKGS="build-essential python3-torch python3-numpy libopenblas-dev libopenmpi-dev openmpi-bin"
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+MPICC="${MPICC:-mpicc}"
+APT_PKGS="build-essential python3-torch python3-numpy libopenblas-dev libopenmpi-dev openmpi-bin"
+# the tokenizer tests compare against this exact Unicode version (dev/gen_unicode_tables.py)
+PIP_PKGS="tiktoken regex unicodedata2==16.0.0 pyarrow"
 
-have_all() {
-    command -v gcc > /dev/null && command -v make > /dev/null && command -v mpicc > /dev/null || return 1
-    local torch_ok=0
-    for p in python3 /usr/bin/python3; do $p -c 'import torch' 2> /dev/null && torch_ok=1 && break; done
-    [ $torch_ok = 1 ] || return 1
-    python3 -c 'import tiktoken, regex, unicodedata2' 2> /dev/null || return 1
-    return 0
+mode=install
+case "${1:-}" in
+    "") ;;
+    --ensure) mode=ensure ;;
+    --check) mode=check ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
+esac
+
+# fills MISSING (one line each), APT_NEEDED and PIP_NEEDED
+find_missing() {
+    MISSING=""
+    APT_NEEDED=0
+    PIP_NEEDED=""
+    local c
+    for c in gcc make; do
+        command -v $c > /dev/null || { MISSING+="  $c (apt: build-essential)"$'\n'; APT_NEEDED=1; }
+    done
+    command -v "$MPICC" > /dev/null || { MISSING+="  $MPICC (apt: libopenmpi-dev)"$'\n'; APT_NEEDED=1; }
+    command -v mpirun > /dev/null || { MISSING+="  mpirun (apt: openmpi-bin)"$'\n'; APT_NEEDED=1; }
+    # Debian's python3-torch lives under /usr/bin/python3, which need not be the python3 on PATH
+    local p torch_ok=0
+    for p in "$PYTHON" /usr/bin/python3; do
+        "$p" -c 'import torch' 2> /dev/null && torch_ok=1 && break
+    done
+    if [ $torch_ok = 0 ]; then
+        MISSING+="  PyTorch for $PYTHON or /usr/bin/python3 (apt: python3-torch)"$'\n'
+        APT_NEEDED=1
+    fi
+    if ! command -v "$PYTHON" > /dev/null; then
+        MISSING+="  $PYTHON (apt: python3)"$'\n'
+        APT_NEEDED=1
+        PIP_NEEDED="$PIP_PKGS"
+        return
+    fi
+    local pkg mod
+    for pkg in $PIP_PKGS; do
+        mod=${pkg%%=*}
+        if ! "$PYTHON" -c "import $mod" 2> /dev/null; then
+            MISSING+="  python module $mod for $PYTHON (pip: $pkg)"$'\n'
+            PIP_NEEDED+="$pkg "
+        fi
+    done
 }
 
-if [ "${1:-}" = "--check" ]; then
-    have_all
-    exit $?
+find_missing
+if [ -z "$MISSING" ]; then
+    [ $mode = check ] || echo "install_deps.sh: every dependency is installed"
+    exit 0
 fi
+echo "install_deps.sh: missing:"
+printf '%s' "$MISSING"
+[ $mode = check ] && exit 1
+
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
-    if command -v sudo > /dev/null; then SUDO=sudo
-    else echo "error: installing packages needs root; run: sudo $0" >&2; exit 1; fi
+    if [ $mode = install ] && command -v sudo > /dev/null; then
+        SUDO=sudo
+    else
+        echo "error: installing them needs root; run: sudo ./scripts/install_deps.sh" >&2
+        [ $APT_NEEDED = 1 ] && echo "  (it runs: apt-get install -y $APT_PKGS)" >&2
+        [ -n "$PIP_NEEDED" ] && echo "  (it runs: $PYTHON -m pip install ${PIP_NEEDED% })" >&2
+        exit 1
+    fi
 fi
-echo "installing: $PKGS (apt), tiktoken regex unicodedata2 (pip)"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends $PKGS > /dev/null
-python3 -m pip install -q tiktoken regex unicodedata2==16.0.0 2>&1 | grep -v 'WARNING: Running pip as' || true
-have_all || { echo "error: dependencies still missing after install" >&2; exit 1; }
+if [ $APT_NEEDED = 1 ] || ! "$PYTHON" -m pip --version > /dev/null 2>&1; then
+    pkgs="$APT_PKGS"
+    # a fresh Debian's python3 has no pip
+    "$PYTHON" -m pip --version > /dev/null 2>&1 || pkgs+=" python3-pip"
+    echo "install_deps.sh: apt-get install $pkgs"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends $pkgs > /dev/null
+fi
+if [ -n "$PIP_NEEDED" ]; then
+    pip_flags=""
+    # Debian marks its python as managed by apt (PEP 668); pip refuses it without this flag
+    if "$PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+        pip_flags=--break-system-packages
+    fi
+    echo "install_deps.sh: $PYTHON -m pip install $PIP_NEEDED"
+    $SUDO "$PYTHON" -m pip install -q $pip_flags $PIP_NEEDED 2>&1 | grep -v 'WARNING: Running pip as' || true
+fi
+find_missing
+if [ -n "$MISSING" ]; then
+    echo "error: still missing after the install:" >&2
+    printf '%s' "$MISSING" >&2
+    exit 1
+fi
+echo "install_deps.sh: every dependency is installed"

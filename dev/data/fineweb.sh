@@ -97,6 +97,8 @@ FILES="${FILES:-$ALL_FILES}"
 need_int --files "$FILES"
 need_int --val-tokens "$VAL_TOKENS"
 need_int --shard-tokens "$SHARD_TOKENS"
+# prepro's own floor (smaller shards only multiply files); tests reach below it through PREPRO
+[ "$SHARD_TOKENS" -ge 1048576 ] || [ -n "${PREPRO:-}" ] || die "--shard-tokens must be at least 1048576"
 [ "$FILES" -ge 1 ] || die "--files must be at least 1"
 [ "$SHARD_TOKENS" -ge 1 ] || die "--shard-tokens must be positive"
 [ "$FILES" -le "$ALL_FILES" ] ||

@@ -1,11 +1,12 @@
 // prepro.c: tokenizes a text or JSONL file with the GPT-2 tokenizer into token shards
-// (SPEC §3: header of 256 int32 {20240520, 1, ntok}, then uint16 tokens).
+// (docs/formats.md: header of 256 int32 {20240520, 1, ntok}, then uint16 tokens).
 //
 //   prepro --input input.txt --out-dir data/tinyshakespeare --name tiny_shakespeare
 //
 // Every document is preceded by the end-of-text token 50256. The first --val-tokens
 // tokens (or --val-fraction of all tokens) go to NAME_val_000000.bin, the rest to
-// NAME_train_000000.bin, NAME_train_000001.bin, ... of --shard-tokens tokens each.
+// NAME_train_000000.bin, NAME_train_000001.bin, ... of --shard-tokens tokens each (at least
+// 1,048,576, unless --allow-small-shards 1: smaller shards are a mistake outside tests).
 //
 // Formats:
 //   text   the whole file is one document (--text-docs whole), or it is cut into
@@ -38,6 +39,12 @@
 #define GROUP_BYTES ((size_t)256 << 10) // work item size for one thread
 #define WRITE_TOKENS ((size_t)1 << 20) // tokens buffered before a write
 #define SHARD_MAGIC_V 20240520
+// Beyond a few thousand threads the OpenMP runtime dies with SIGSEGV and no message (70000
+// does); 4096 is also build/tokenize's limit, and more than any machine's cores.
+#define MAX_THREADS 4096
+// Smaller train shards than one batch of a plausible run (B=16, T=1024 is 16,384 tokens a
+// step per GPU; a shard then holds 64 steps) only make many files, each one fsynced.
+#define MIN_SHARD_TOKENS (1 << 20)
 
 // ---------------------------------------------------------------------------------------
 // growable byte buffer
@@ -325,7 +332,10 @@ static void read_text(Prepro *pp, int blank_line_docs) {
         if (blank_line_docs) {
             for (size_t i = 0; i + 1 < buf->len;) {
                 if (t[i] == '\n' && t[i + 1] == '\n') {
-                    if (nb == bcap) { bcap = bcap ? 2 * bcap : 1024; bounds = (size_t *)xrealloc(bounds, bcap * sizeof(size_t)); }
+                    if (nb == bcap) {
+                        bcap = bcap ? 2 * bcap : 1024;
+                        bounds = (size_t *)xrealloc(bounds, bcap * sizeof(size_t));
+                    }
                     bounds[nb++] = i + 2;
                     i += 2;
                 } else {
@@ -392,7 +402,10 @@ static int json_fail(Json *j, const char *msg) {
 
 static void utf8_put(Bytes *out, uint32_t cp) {
     if (cp < 0x80) bytes_push(out, (uint8_t)cp);
-    else if (cp < 0x800) { bytes_push(out, (uint8_t)(0xC0 | (cp >> 6))); bytes_push(out, (uint8_t)(0x80 | (cp & 0x3F))); }
+    else if (cp < 0x800) {
+        bytes_push(out, (uint8_t)(0xC0 | (cp >> 6)));
+        bytes_push(out, (uint8_t)(0x80 | (cp & 0x3F)));
+    }
     else if (cp < 0x10000) {
         bytes_push(out, (uint8_t)(0xE0 | (cp >> 12)));
         bytes_push(out, (uint8_t)(0x80 | ((cp >> 6) & 0x3F)));
@@ -652,19 +665,28 @@ static void mkdir_p(const char *dir) {
 int main(int argc, char **argv) {
     const char *input = NULL, *format = "text", *out_dir = NULL, *name = NULL;
     const char *tok_dir = "data/gpt2", *text_docs = "whole";
-    int val_tokens = -1, shard_tokens = 100000000, threads = 0, chunk_bytes = 1 << 18;
+    int val_tokens = -1, shard_tokens = 100000000, threads = 0, chunk_bytes = 1 << 18, small_shards = 0;
     float val_fraction = -1.0f;
     ArgSpec specs[] = {
         {NULL, "--input", ARG_STRING, &input, "input file, or - for standard input (required)"},
         {NULL, "--format", ARG_STRING, &format, "text or jsonl (one JSON object with a \"text\" string per line)"},
-        {NULL, "--text-docs", ARG_STRING, &text_docs, "text format: whole (the file is one document) or blank-lines (a new document after every \"\\n\\n\", as llm.c's Tiny Shakespeare)"},
+        {NULL, "--text-docs", ARG_STRING, &text_docs,
+         "text format: whole (the file is one document) or blank-lines (a new document after every "
+         "\"\\n\\n\", as llm.c's Tiny Shakespeare)"},
         {NULL, "--out-dir", ARG_STRING, &out_dir, "output directory, created if missing (required)"},
-        {NULL, "--name", ARG_STRING, &name, "shard name prefix: NAME_val_000000.bin, NAME_train_000000.bin, ... (required)"},
-        {NULL, "--val-tokens", ARG_INT, &val_tokens, "the first N tokens go to the val shard; 0 = no val shard; -1 = 32768 unless --val-fraction is given"},
-        {NULL, "--val-fraction", ARG_FLOAT, &val_fraction, "instead of --val-tokens: this fraction of all tokens goes to val (keeps all tokens in memory, 4 bytes each); -1 = unused"},
-        {NULL, "--shard-tokens", ARG_INT, &shard_tokens, "tokens per train shard"},
-        {NULL, "--threads", ARG_INT, &threads, "tokenizer threads; 0 = all cores"},
-        {NULL, "--chunk-bytes", ARG_INT, &chunk_bytes, "cut documents longer than this into pieces tokenized in parallel; 0 = never cut (the output is the same either way)"},
+        {NULL, "--name", ARG_STRING, &name,
+         "shard name prefix: NAME_val_000000.bin, NAME_train_000000.bin, ... (required)"},
+        {NULL, "--val-tokens", ARG_INT, &val_tokens,
+         "the first N tokens go to the val shard; 0 = no val shard; -1 = 32768 unless --val-fraction is given"},
+        {NULL, "--val-fraction", ARG_FLOAT, &val_fraction,
+         "instead of --val-tokens: this fraction of all tokens goes to val (keeps all tokens in memory, "
+         "4 bytes each); -1 = unused"},
+        {NULL, "--shard-tokens", ARG_INT, &shard_tokens, "tokens per train shard (at least 1048576)"},
+        {NULL, "--allow-small-shards", ARG_INT, &small_shards, "1 = allow --shard-tokens below 1048576 (tests)"},
+        {NULL, "--threads", ARG_INT, &threads, "tokenizer threads, up to 4096; 0 = all cores"},
+        {NULL, "--chunk-bytes", ARG_INT, &chunk_bytes,
+         "cut documents longer than this into pieces tokenized in parallel; 0 = never cut (the output is "
+         "the same either way)"},
         {NULL, "--tokenizer-dir", ARG_STRING, &tok_dir, "directory with vocab.bpe and encoder.json"},
     };
     int nspecs = (int)(sizeof(specs) / sizeof(specs[0]));
@@ -689,17 +711,25 @@ int main(int argc, char **argv) {
     if (!strcmp(text_docs, "whole")) blank_line_docs = 0;
     else if (!strcmp(text_docs, "blank-lines")) blank_line_docs = 1;
     else fatal("--text-docs must be whole or blank-lines, not '%s'", text_docs);
-    if (val_tokens >= 0 && val_fraction >= 0.0f) fatal("give --val-tokens or --val-fraction, not both");
-    if (val_fraction >= 0.0f && !(val_fraction < 1.0f)) fatal("--val-fraction must be in [0, 1), not %g", (double)val_fraction);
+    // -1 is "unused"; every other value must be in range, written so that NaN fails it
+    int use_fraction = val_fraction != -1.0f;
+    if (use_fraction && !(val_fraction >= 0.0f && val_fraction < 1.0f))
+        fatal("--val-fraction must be in [0, 1), not %g", (double)val_fraction);
+    if (val_tokens >= 0 && use_fraction) fatal("give --val-tokens or --val-fraction, not both");
     if (val_tokens < -1) fatal("--val-tokens must be >= 0, not %d", val_tokens);
     if (shard_tokens <= 0) fatal("--shard-tokens must be positive, not %d", shard_tokens);
-    if (threads < 0) fatal("--threads must be >= 0, not %d", threads);
+    if (small_shards != 0 && small_shards != 1) fatal("--allow-small-shards must be 0 or 1, not %d", small_shards);
+    if (shard_tokens < MIN_SHARD_TOKENS && !small_shards)
+        fatal("--shard-tokens %d is below %d and makes many small files, each synced to disk on its own "
+              "(add --allow-small-shards 1 if that is meant)", shard_tokens, MIN_SHARD_TOKENS);
+    if (threads < 0 || threads > MAX_THREADS)
+        fatal("--threads must be from 0 (all cores) to %d, not %d", MAX_THREADS, threads);
     if (chunk_bytes < 0) fatal("--chunk-bytes must be >= 0, not %d", chunk_bytes);
-    int use_fraction = val_fraction >= 0.0f;
     if (!use_fraction && val_tokens < 0) val_tokens = 32768;
     struct stat st;
     if (strcmp(input, "-") != 0) {
         if (stat(input, &st) != 0) fatal("cannot open --input %s: %s", input, strerror(errno));
+        if (S_ISDIR(st.st_mode)) fatal("--input %s is a directory, not a file", input);
         if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) fatal("--input %s is not a regular file or a pipe", input);
     }
 #ifdef _OPENMP

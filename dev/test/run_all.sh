@@ -1,13 +1,87 @@
 #!/usr/bin/env bash
-# run_all.sh: the whole CPU test suite, run by `make test` (which builds everything first).
-# Each test is one command; its output is shown, and the last line counts them.
-# PYTHON is the python with tiktoken, PYTHON_TORCH the one with PyTorch.
+# run_all.sh: the whole test suite, run by `make test` (which installs the dependencies and
+# builds the programs first). Each test is one command; its output is shown. A test that
+# exits 0 passed, 77 skipped (all it could check passed, something could not be checked
+# here), anything else failed. The last line is "N passed, M failed, K skipped".
+# PYTHON is the python with tiktoken, PYTHON_TORCH the one with PyTorch, HAVE_NVCC=1 where
+# the CUDA programs can be compiled (default: nvcc on the PATH).
+#   run_all.sh --self-test   checks this script's own counting
 set -u
 cd "$(dirname "$0")/../.."
-if ! ./scripts/install_deps.sh --check; then
-    echo "some test dependencies are missing: running scripts/install_deps.sh"
-    ./scripts/install_deps.sh || exit 1
+
+passed=0
+failed=0
+skipped=0
+failed_names=()
+SKIP=77  # the exit code automake's test harness uses for "skipped"
+
+run() {
+    local name=$1
+    shift
+    echo
+    echo "=== $name: $*"
+    local t0 rc
+    t0=$(date +%s)
+    "$@"
+    rc=$?
+    local took="$(( $(date +%s) - t0 )) s"
+    if [ $rc -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "=== $name: ok ($took)"
+    elif [ $rc -eq $SKIP ]; then
+        skipped=$((skipped + 1))
+        echo "=== $name: skipped ($took)"
+    else
+        failed=$((failed + 1))
+        failed_names+=("$name")
+        echo "=== $name: FAILED, exit code $rc ($took)"
+    fi
+}
+
+# skip NAME REASON: a test this machine cannot run
+skip() {
+    echo
+    echo "=== $1: skipped ($2)"
+    skipped=$((skipped + 1))
+}
+
+# setup NAME COMMAND...: work that tests need, not a test: counted only when it fails
+setup() {
+    local name=$1
+    shift
+    echo
+    echo "=== $name (setup): $*"
+    if "$@"; then
+        echo "=== $name (setup): done"
+    else
+        failed=$((failed + 1))
+        failed_names+=("$name")
+        echo "=== $name (setup): FAILED; the tests that need it fail too"
+    fi
+}
+
+summary() {
+    echo
+    if [ $failed -gt 0 ]; then echo "failed: ${failed_names[*]}"; fi
+    echo "$passed passed, $failed failed, $skipped skipped"
+    [ $failed -eq 0 ]
+}
+
+if [ "${1:-}" = --self-test ]; then
+    out=$( (run pass true; run fail false; run skip-77 sh -c "exit $SKIP"; skip no-tool "absent"
+            setup setup-ok true; setup setup-fails false; summary) 2>&1)
+    rc=$?
+    want="1 passed, 2 failed, 2 skipped"
+    if [ "$(printf '%s\n' "$out" | tail -n 1)" = "$want" ] && [ $rc -ne 0 ] &&
+       printf '%s\n' "$out" | grep -qx "failed: fail setup-fails"; then
+        echo "ok    counting: $want, non-zero exit, failed names listed"
+        exit 0
+    fi
+    echo "FAIL  counting: expected a last line '$want', a non-zero exit and 'failed: fail setup-fails'; got:"
+    printf '%s\n' "$out" | sed 's/^/      /'
+    exit 1
 fi
+
 PYTHON=${PYTHON:-python3}
 PYTHON_TORCH=${PYTHON_TORCH:-}
 if [ -z "$PYTHON_TORCH" ]; then
@@ -16,30 +90,16 @@ if [ -z "$PYTHON_TORCH" ]; then
     done
 fi
 if [ -z "$PYTHON_TORCH" ]; then
-    echo "error: no python with PyTorch found (apt-get install python3-torch)" >&2
+    echo "error: no python with PyTorch found (run scripts/install_deps.sh)" >&2
     exit 1
 fi
-
-passed=0
-failed=0
-failed_names=()
-run() {
-    local name=$1
-    shift
-    echo
-    echo "=== $name: $*"
-    local t0=$(date +%s)
-    if "$@"; then
-        passed=$((passed + 1))
-        echo "=== $name: ok ($(( $(date +%s) - t0 )) s)"
-    else
-        failed=$((failed + 1))
-        failed_names+=("$name")
-        echo "=== $name: FAILED ($(( $(date +%s) - t0 )) s)"
-    fi
-}
+if [ -z "${HAVE_NVCC:-}" ]; then
+    HAVE_NVCC=0
+    command -v "${NVCC:-nvcc}" > /dev/null && HAVE_NVCC=1
+fi
 
 REF=build/ref_small
+run run_all-counting "$0" --self-test
 # unit tests (AddressSanitizer + UBSan builds)
 run checkpoint-io ./build/san/test_checkpoint
 run dataloader ./build/san/test_dataloader
@@ -47,32 +107,39 @@ run tokenizer-unit ./build/san/test_tokenizer_unit
 run sgemm ./build/test_sgemm
 run sgemm-sanitized ./build/san/test_sgemm
 run energy-reader env LD_LIBRARY_PATH=build/fake_nvml ./build/san/test_energy
+run loss-scaler ./build/san/test_loss_scaler
+run fuzz-readers ./build/san/fuzz_readers
 # multi-process logic, 1 to 3 ranks on this machine's CPUs
 for np in 1 2 3; do
     run "distributed-np$np" mpirun --allow-run-as-root --oversubscribe -np $np ./build/test_distributed
 done
-# the NCCL id exchange of environment launches (built where nvcc is)
-if [ -x build/test_nccl_id_file ]; then run nccl-id-file ./build/test_nccl_id_file
-else echo "(build/test_nccl_id_file not built: no nvcc)"; fi
+# every CUDA program compiles in every precision (no GPU needed), and the NCCL id exchange
+# of environment launches runs without one; the compiles have the machine to themselves here
+for p in FP32 FP16 BF16; do
+    if [ "$HAVE_NVCC" = 1 ]; then run "cuda-compile-$p" make --no-print-directory -j"$(nproc)" "cuda-$p"
+    else skip "cuda-compile-$p" "no nvcc"; fi
+done
+if [ "$HAVE_NVCC" = 1 ]; then run nccl-id-file ./build/test_nccl_id_file
+else skip nccl-id-file "no nvcc"; fi
 # the tokenizer against tiktoken
 run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
-# the per-kernel step table from Nsight Compute's CSV (dev/PERF.md)
+# the per-kernel step table from Nsight Compute's CSV (docs/performance-notes.md)
 run ncu-step $PYTHON dev/test/test_ncu_step.py
 # data preparation
 run prepro ./dev/test/test_prepro.sh
 run data-scripts ./dev/test/test_data_scripts.sh
 # the PyTorch reference checks itself, then writes the small-shape reference
 run reference-selfcheck $PYTHON_TORCH dev/test/test_gpt2_ref.py
-run reference-small $PYTHON_TORCH dev/gpt2_ref.py --layers 2 --heads 4 --channels 64 --max-seq-len 64 \
+setup reference-small $PYTHON_TORCH dev/gpt2_ref.py --layers 2 --heads 4 --channels 64 --max-seq-len 64 \
     --batch 4 --seq-len 32 --seed 1234 --out-dir $REF
 # the CPU trainer against the reference
 run test_gpt2-small ./test_gpt2 --ref-dir $REF
 run test_gpt2-small-sanitized ./build/san/test_gpt2 --ref-dir $REF
 # the CPU trainer's command line: bad input, training, bit-exact resume
 run train-cli ./dev/test/test_train_cli.sh
+run kill-resume ./dev/test/test_kill_resume.sh
+# the option lists in docs/command-line.md against the programs' --help
+run readme-flags ./dev/test/test_readme_flags.sh
 
-echo
-if [ $failed -gt 0 ]; then echo "failed: ${failed_names[*]}"; fi
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+summary

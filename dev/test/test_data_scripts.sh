@@ -11,8 +11,13 @@
 #     train shard numbering across files, the same token check, a second run is a no-op,
 #     a smaller --files removes the extra shards, resuming after a failed download
 #   - with no mirror and no network, both scripts fail with a clear message
+#   - the project scripts around them: make quickstart builds only what quickstart.sh
+#     runs; make test checks the dependencies before it builds anything; install_deps.sh
+#     names what is missing (and how to install it) when it cannot install; every .PHONY
+#     name has a rule and a line in make help; .ci/run runs make test and nothing else
 # ("no network" is simulated: LLMC_HF_BASE points the downloads at a closed local port)
-# Usage (from anywhere): dev/test/test_data_scripts.sh     Final line: "N passed, M failed".
+# Usage (from anywhere): dev/test/test_data_scripts.sh   Final line: "N passed, M failed, K skipped";
+# exit 1 if any failed, else 77 if any were skipped (run_all.sh's code for skipped), else 0.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -21,12 +26,15 @@ rm -rf "$T"
 mkdir -p "$T"
 PYTHON="${PYTHON:-python3}"
 NO_NET=http://127.0.0.1:9   # the discard port: connection refused at once
+HF="$NO_NET/datasets"
+HFW="$HF/HuggingFaceFW"
 
 pass=0
 fail=0
+skipped=0
 ok() { echo "ok    $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL  $1"; fail=$((fail + 1)); }
-skip() { echo "skip  $1"; }
+skip() { echo "skip  $1"; skipped=$((skipped + 1)); }
 # check NAME COMMAND...: ok when the command succeeds, else FAIL and its output
 check() {
     local name="$1"; shift
@@ -44,7 +52,7 @@ show() { sed 's/^/      /' "$T/$1.log" | tail -n 15; }
 for target in prepro build/tokenize; do
     if [ ! -x "$target" ]; then
         echo "building $target"
-        make "$target" >"$T/make.log" 2>&1 || { cat "$T/make.log"; echo "0 passed, 1 failed"; exit 1; }
+        make "$target" >"$T/make.log" 2>&1 || { cat "$T/make.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
     fi
 done
 HAVE_PYARROW=0
@@ -180,7 +188,8 @@ else
 fi
 if [ "$HAVE_PYARROW" = 1 ]; then
     H make_bad_parquet "$T/bad.parquet"
-    if ! run tj_pq "$PYTHON" dev/data/to_jsonl.py "$T/bad.parquet" && log_has tj_pq "bad.parquet:1: \"text\" is null"; then
+    if ! run tj_pq "$PYTHON" dev/data/to_jsonl.py "$T/bad.parquet" &&
+       log_has tj_pq "bad.parquet:1: \"text\" is null"; then
         ok "to_jsonl.py reports a null parquet value by row"
     else
         bad "to_jsonl.py on a parquet file with a null"; show tj_pq
@@ -199,7 +208,8 @@ if run ts1 env LLMC_DATA_MIRROR="$M" LLMC_HF_BASE="$NO_NET" dev/data/tinystories
     ok "tinystories.sh from a mirrored archive"
     check "tinystories shards: header, val = data00.json, tokens = build/tokenize's" \
         H check_tinystories "$TS" first
-    if [ ! -e "$TS/work" ]; then ok "tinystories.sh removes its work directory"; else bad "tinystories.sh left $TS/work"; fi
+    if [ ! -e "$TS/work" ]; then ok "tinystories.sh removes its work directory"
+    else bad "tinystories.sh left $TS/work"; fi
     before=$(stat -c %Y "$TS"/tinystories_*.bin | tr '\n' ' ')
     sleep 1
     if run ts2 env LLMC_DATA_MIRROR="$M" LLMC_HF_BASE="$NO_NET" dev/data/tinystories.sh --out-dir "$TS" &&
@@ -214,7 +224,8 @@ fi
 M2="$T/mirror_unpacked"
 mkdir -p "$M2/tinystories"
 cp "$T"/ts_json/data*.json "$M2/tinystories/"
-if run ts3 env LLMC_DATA_MIRROR="$M2" LLMC_HF_BASE="$NO_NET" dev/data/tinystories.sh --out-dir "$T/out_ts2" --val-tokens 10; then
+if run ts3 env LLMC_DATA_MIRROR="$M2" LLMC_HF_BASE="$NO_NET" dev/data/tinystories.sh --out-dir "$T/out_ts2" \
+       --val-tokens 10; then
     check "tinystories.sh from unpacked JSON, --val-tokens 10" H check_tinystories "$T/out_ts2" 10
 else
     bad "tinystories.sh from unpacked JSON"; show ts3
@@ -222,7 +233,7 @@ fi
 mkdir -p "$T/empty"
 if run ts4 env LLMC_DATA_MIRROR="$T/empty" LLMC_HF_BASE="$NO_NET" dev/data/tinystories.sh --out-dir "$T/out_ts3"; then
     bad "tinystories.sh without a source must fail"; show ts4
-elif log_has ts4 "error: cannot download $NO_NET/datasets/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz" &&
+elif log_has ts4 "error: cannot download $HF/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz" &&
      log_has ts4 "LLMC_DATA_MIRROR"; then
     ok "tinystories.sh without mirror or network: non-zero exit, clear message"
 else
@@ -233,8 +244,11 @@ fi
 if [ "$HAVE_PYARROW" = 1 ]; then
     H make_fineweb "$M/fineweb/sample/10BT"
     FW="$T/out_fw"
-    fw() { env LLMC_DATA_MIRROR="$M" LLMC_HF_BASE="$NO_NET" dev/data/fineweb.sh --out-dir "$FW" \
-               --val-tokens 40 --shard-tokens 150 "$@"; }
+    # shards of 150 tokens make several from tiny files; prepro refuses them unless told
+    printf '#!/bin/sh\nexec ./prepro --allow-small-shards 1 "$@"\n' >"$T/prepro_small_shards"
+    chmod +x "$T/prepro_small_shards"
+    fw() { env LLMC_DATA_MIRROR="$M" LLMC_HF_BASE="$NO_NET" PREPRO="$T/prepro_small_shards" dev/data/fineweb.sh \
+               --out-dir "$FW" --val-tokens 40 --shard-tokens 150 "$@"; }
     if run fw1 fw --files 2; then
         ok "fineweb.sh --files 2 from mirrored parquet files"
         check "fineweb shards: continuous numbering, val 40, tokens = build/tokenize's" \
@@ -255,7 +269,7 @@ if [ "$HAVE_PYARROW" = 1 ]; then
         # a third file that cannot be had: fails clearly, keeps the two done, and resumes
         if run fw4 fw --files 3; then
             bad "fineweb.sh --files 3 must fail (no 002_00000.parquet, no network)"; show fw4
-        elif log_has fw4 "error: cannot download $NO_NET/datasets/HuggingFaceFW/fineweb/resolve/main/sample/10BT/002_00000.parquet" &&
+        elif log_has fw4 "error: cannot download $HFW/fineweb/resolve/main/sample/10BT/002_00000.parquet" &&
              log_has fw4 "LLMC_DATA_MIRROR"; then
             ok "fineweb.sh with a missing file and no network: non-zero exit, clear message"
             check "fineweb.sh: the files done before the failure are kept" H check_fineweb "$FW" 40 2
@@ -272,9 +286,10 @@ if [ "$HAVE_PYARROW" = 1 ]; then
     else
         bad "fineweb.sh --files 2 from mirrored parquet files"; show fw1
     fi
-    if run fw6 env LLMC_DATA_MIRROR="$T/empty" LLMC_HF_BASE="$NO_NET" dev/data/fineweb.sh --out-dir "$T/out_fw2" --edu --files 1; then
+    if run fw6 env LLMC_DATA_MIRROR="$T/empty" LLMC_HF_BASE="$NO_NET" dev/data/fineweb.sh --out-dir "$T/out_fw2" \
+           --edu --files 1; then
         bad "fineweb.sh without a source must fail"; show fw6
-    elif log_has fw6 "error: cannot download $NO_NET/datasets/HuggingFaceFW/fineweb-edu/resolve/main/sample/10BT/000_00000.parquet" &&
+    elif log_has fw6 "error: cannot download $HFW/fineweb-edu/resolve/main/sample/10BT/000_00000.parquet" &&
          log_has fw6 "LLMC_DATA_MIRROR"; then
         ok "fineweb.sh --edu without mirror or network: non-zero exit, clear message"
     else
@@ -284,5 +299,62 @@ else
     skip "fineweb.sh: pyarrow is not installed (python3 -m pip install pyarrow)"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+# ---- make and the project scripts -------------------------------------------------------
+# (make -n -B prints every command of a target and its prerequisites and runs none of them)
+if make -n -B quickstart >"$T/quickstart.log" 2>&1 && grep -q -- "-o train_gpt2 " "$T/quickstart.log" &&
+   grep -q -- "-o prepro " "$T/quickstart.log" && grep -q "scripts/quickstart.sh" "$T/quickstart.log" &&
+   ! grep -q -- "-o test_gpt2 \|build/tokenize\|build/san" "$T/quickstart.log"; then
+    ok "make quickstart builds train_gpt2 and prepro only"
+else
+    bad "make quickstart's prerequisites"; show quickstart
+fi
+if make -n -B test >"$T/make_test.log" 2>&1 &&
+   head -n 1 "$T/make_test.log" | grep -q "scripts/install_deps.sh --ensure" &&
+   grep -q -- "-o train_gpt2 " "$T/make_test.log" && grep -q "run_all.sh" "$T/make_test.log"; then
+    ok "make test: scripts/install_deps.sh --ensure before anything is built, then the build and run_all.sh"
+else
+    bad "make test's first step is not the dependency check"; show make_test
+fi
+# a missing MPI compiler (MPICC names one that does not exist) as a user who cannot install
+if run deps_check env MPICC=no-such-mpicc ./scripts/install_deps.sh --check; then
+    bad "install_deps.sh --check passes with MPICC=no-such-mpicc"; show deps_check
+elif log_has deps_check "no-such-mpicc (apt: libopenmpi-dev)"; then
+    ok "install_deps.sh --check names what is missing: $(grep no-such-mpicc "$T/deps_check.log")"
+else
+    bad "install_deps.sh --check with MPICC=no-such-mpicc"; show deps_check
+fi
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+    command -v setpriv > /dev/null && as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+fi
+if [ "$(id -u)" = 0 ] && [ ${#as_user[@]} = 0 ]; then
+    skip "install_deps.sh --ensure as a user: no setpriv to drop root with"
+elif run deps_user "${as_user[@]}" env MPICC=no-such-mpicc ./scripts/install_deps.sh --ensure; then
+    bad "install_deps.sh --ensure as a user passes with MPICC=no-such-mpicc"; show deps_user
+elif log_has deps_user "no-such-mpicc (apt: libopenmpi-dev)" &&
+     log_has deps_user "error: installing them needs root; run: sudo ./scripts/install_deps.sh" &&
+     log_has deps_user "apt-get install -y"; then
+    ok "install_deps.sh --ensure as a user: names what is missing and the command to install it, exit 1"
+else
+    bad "install_deps.sh --ensure as a user with MPICC=no-such-mpicc"; show deps_user
+fi
+phony=$(sed -n '/^\.PHONY:/,/[^\\]$/p' Makefile | sed 's/^\.PHONY://; s/\\$//' | tr -s ' \n' '  ')
+make help >"$T/help.log" 2>&1
+missing=""
+for t in $phony; do
+    grep -q "^$t:" Makefile && grep -q "^  $t " "$T/help.log" || missing+=" $t"
+done
+if [ -n "$phony" ] && [ -z "$missing" ]; then
+    ok "every .PHONY name has a rule and a line in make help ($(echo $phony | wc -w) names)"
+else
+    bad "the .PHONY names without a rule or a make help line:$missing"
+fi
+if [ "$(grep -vE '^[[:space:]]*(#|$|set |cd )' .ci/run)" = "make test" ]; then
+    ok ".ci/run runs make test and nothing else"
+else
+    bad ".ci/run runs more than make test:"; grep -vE '^[[:space:]]*(#|$|set |cd )' .ci/run | sed 's/^/      /'
+fi
+
+echo "$pass passed, $fail failed, $skipped skipped"
+[ "$fail" = 0 ] || exit 1
+[ "$skipped" = 0 ] || exit 77

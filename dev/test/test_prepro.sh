@@ -8,11 +8,13 @@
 #     documents into pieces (Tiny Shakespeare and a synthetic text full of cut traps),
 #     and equal to tiktoken
 #   - Tiny Shakespeare in llm.c's convention equals a Python reference of it
-#   - train shard splitting, stale shard removal, --val-fraction, error exits
+#   - train shard splitting, stale shard removal, --val-fraction, error exits (bad flag
+#     values, a directory given as --input, as build/tokenize's input or as vocab.bpe)
 # The tiktoken comparisons need python3 with tiktoken (dev/test/tiktoken_offline.py
 # loads it without a network); without it they are skipped. Tiny Shakespeare comes from
 # data/tinyshakespeare/input.txt or $LLMC_DATA_MIRROR (default ../shared/data).
-# Usage (from anywhere): dev/test/test_prepro.sh        Final line: "N passed, M failed".
+# Usage (from anywhere): dev/test/test_prepro.sh   Final line: "N passed, M failed, K skipped";
+# exit 1 if any failed, else 77 if any were skipped (run_all.sh's code for skipped), else 0.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -26,9 +28,10 @@ gcc -std=c11 -O1 -g -fopenmp -Wall -Wextra -fsanitize=address,undefined -fno-san
 
 pass=0
 fail=0
+skipped=0
 ok() { echo "ok    $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL  $1"; fail=$((fail + 1)); }
-skip() { echo "skip  $1"; }
+skip() { echo "skip  $1"; skipped=$((skipped + 1)); }
 
 # run NAME ARGS...: runs prepro quietly, its output in $T/NAME.log; returns its status
 run() {
@@ -149,7 +152,8 @@ py() { python3 "$T/check.py" "$@"; }
 J="$T/good.jsonl"
 {
     printf '%s\n' '{"text": "Hello, world!\n"}'
-    printf '%s\n' '{"id": 7, "meta": {"a": [1, -2.5e-3, 0, true, false, null, "x\"y", {}], "b": []}, "text": "caf\u00e9 na\u00EFve \u4e2d\u6587 \ud83d\ude00 tab\there \\ slash\/ quote\" \b\f\r end"}'
+    printf '%s' '{"id": 7, "meta": {"a": [1, -2.5e-3, 0, true, false, null, "x\"y", {}], "b": []}, '
+    printf '%s\n' '"text": "caf\u00e9 na\u00EFve \u4e2d\u6587 \ud83d\ude00 tab\there \\ slash\/ quote\" \b\f\r end"}'
     printf '%s\n' '{"text": "raw UTF-8: café 日本語 😀 ünïcödé"}'
     printf '\n'
     printf '%s\r\n' '  {"\u0074ext" : "escaped key, CRLF line" , "other": "x"}  '
@@ -177,7 +181,11 @@ fi
 # JSONL: malformed lines fail naming the file and the line
 bad_line() { # description, line content (printf %s), expected text in the message
     local f="$T/bad.jsonl"
-    { printf '%s\n' '{"text": "fine"}' '{"text": "also fine"}' ''; printf '%s\n' "$2"; printf '%s\n' '{"text": "after"}'; } >"$f"
+    {
+        printf '%s\n' '{"text": "fine"}' '{"text": "also fine"}' ''
+        printf '%s\n' "$2"
+        printf '%s\n' '{"text": "after"}'
+    } >"$f"
     if run bad_jsonl --input "$f" --format jsonl --out-dir "$T/jb" --name b --val-tokens 0; then
         bad "jsonl: $1 accepted"
     elif grep -q "^error: .*$f:4: .*$3" "$T/bad_jsonl.log"; then
@@ -212,16 +220,19 @@ fi
 if [ -f "$TS" ]; then
     run ts_whole1 --input "$TS" --out-dir "$T/w1" --name ts --threads 1 --chunk-bytes 0
     run ts_whole2 --input "$TS" --out-dir "$T/w2" --name ts --threads 2 --chunk-bytes 1000
-    if cmp -s "$T/w1/ts_val_000000.bin" "$T/w2/ts_val_000000.bin" && cmp -s "$T/w1/ts_train_000000.bin" "$T/w2/ts_train_000000.bin"; then
+    if cmp -s "$T/w1/ts_val_000000.bin" "$T/w2/ts_val_000000.bin" &&
+       cmp -s "$T/w1/ts_train_000000.bin" "$T/w2/ts_train_000000.bin"; then
         ok "Tiny Shakespeare as one document: 1 thread uncut == 2 threads cut every ~1000 bytes"
     else
         bad "Tiny Shakespeare as one document: thread/cut outputs differ (see $T/ts_whole*.log)"
     fi
     run ts_llmc1 --input "$TS" --out-dir "$T/l1" --name tiny_shakespeare --text-docs blank-lines --threads 1
-    run ts_llmc2 --input "$TS" --out-dir "$T/l2" --name tiny_shakespeare --text-docs blank-lines --threads 2 --chunk-bytes 64
+    run ts_llmc2 --input "$TS" --out-dir "$T/l2" --name tiny_shakespeare --text-docs blank-lines --threads 2 \
+        --chunk-bytes 64
     if cmp -s "$T/l1/tiny_shakespeare_val_000000.bin" "$T/l2/tiny_shakespeare_val_000000.bin" \
         && cmp -s "$T/l1/tiny_shakespeare_train_000000.bin" "$T/l2/tiny_shakespeare_train_000000.bin"; then
-        ok "Tiny Shakespeare (llm.c documents): 1 thread == 2 threads: val/train/shards $(py counts "$T/l1" tiny_shakespeare)"
+        ok "Tiny Shakespeare (llm.c documents): 1 thread == 2 threads:" \
+           "val/train/shards $(py counts "$T/l1" tiny_shakespeare)"
     else
         bad "Tiny Shakespeare (llm.c documents): 1 and 2 threads differ"
     fi
@@ -238,9 +249,11 @@ if [ -f "$TS" ]; then
         fi
     fi
     # train shard splitting and stale shard removal
-    run ts_split --input "$TS" --out-dir "$T/l1" --name split --text-docs blank-lines --shard-tokens 100000
+    run ts_split --input "$TS" --out-dir "$T/l1" --name split --text-docs blank-lines --shard-tokens 100000 \
+        --allow-small-shards 1
     read -r sv st sn < <(py counts "$T/l1" split)
-    if [ "$sn" = $(((st + 99999) / 100000)) ] && [ "$sn" -ge 2 ] && py same_stream "$T/l1" split "$T/l1" tiny_shakespeare; then
+    if [ "$sn" = $(((st + 99999) / 100000)) ] && [ "$sn" -ge 2 ] &&
+       py same_stream "$T/l1" split "$T/l1" tiny_shakespeare; then
         ok "--shard-tokens 100000: $sn train shards, the same token stream"
     else
         bad "--shard-tokens 100000: val/train/shards $sv $st $sn, or the token stream differs"
@@ -268,7 +281,8 @@ fi
 py tricky "$T/tricky.txt" 300000
 run tricky1 --input "$T/tricky.txt" --out-dir "$T/t1" --name t --threads 1 --chunk-bytes 0 --val-tokens 100
 run tricky2 --input "$T/tricky.txt" --out-dir "$T/t2" --name t --threads 2 --chunk-bytes 16 --val-tokens 100
-if cmp -s "$T/t1/t_train_000000.bin" "$T/t2/t_train_000000.bin" && cmp -s "$T/t1/t_val_000000.bin" "$T/t2/t_val_000000.bin"; then
+if cmp -s "$T/t1/t_train_000000.bin" "$T/t2/t_train_000000.bin" &&
+   cmp -s "$T/t1/t_val_000000.bin" "$T/t2/t_val_000000.bin"; then
     ok "synthetic cut traps: uncut 1 thread == cut every ~16 bytes, 2 threads"
 else
     bad "synthetic cut traps: outputs differ (see $T/tricky*.log)"
@@ -287,19 +301,23 @@ t = open('$T/tricky.txt', encoding='utf-8').read()
 with open('$T/long.jsonl', 'w') as f:
     for i in range(0, len(t), 40000): f.write(json.dumps({'text': t[i:i+40000]}) + '\n')
 "
-run long1 --input "$T/long.jsonl" --format jsonl --out-dir "$T/lj1" --name t --threads 1 --chunk-bytes 0 --val-tokens 100
-run long2 --input "$T/long.jsonl" --format jsonl --out-dir "$T/lj2" --name t --threads 2 --chunk-bytes 100 --val-tokens 100
-if cmp -s "$T/lj1/t_train_000000.bin" "$T/lj2/t_train_000000.bin" && cmp -s "$T/lj1/t_val_000000.bin" "$T/lj2/t_val_000000.bin"; then
+LONG=(--input "$T/long.jsonl" --format jsonl --name t --val-tokens 100)
+run long1 "${LONG[@]}" --out-dir "$T/lj1" --threads 1 --chunk-bytes 0
+run long2 "${LONG[@]}" --out-dir "$T/lj2" --threads 2 --chunk-bytes 100
+if cmp -s "$T/lj1/t_train_000000.bin" "$T/lj2/t_train_000000.bin" &&
+   cmp -s "$T/lj1/t_val_000000.bin" "$T/lj2/t_val_000000.bin"; then
     ok "jsonl long documents: uncut 1 thread == cut, 2 threads"
 else
     bad "jsonl long documents: outputs differ"
 fi
 
 # standard input and a pipe give the same shards as the file
-cat "$T/long.jsonl" | "$BIN" --input - --format jsonl --out-dir "$T/lj3" --name t --threads 2 --chunk-bytes 100 --val-tokens 100 > "$T/stdin.log" 2>&1
+PIECES=(--format jsonl --name t --threads 2 --chunk-bytes 100 --val-tokens 100)
+cat "$T/long.jsonl" | "$BIN" --input - "${PIECES[@]}" --out-dir "$T/lj3" > "$T/stdin.log" 2>&1
 mkfifo "$T/fifo" && (cat "$T/long.jsonl" > "$T/fifo" &)
-"$BIN" --input "$T/fifo" --format jsonl --out-dir "$T/lj4" --name t --threads 2 --chunk-bytes 100 --val-tokens 100 > "$T/fifo.log" 2>&1
-if cmp -s "$T/lj1/t_train_000000.bin" "$T/lj3/t_train_000000.bin" && cmp -s "$T/lj1/t_val_000000.bin" "$T/lj3/t_val_000000.bin" \
+"$BIN" --input "$T/fifo" "${PIECES[@]}" --out-dir "$T/lj4" > "$T/fifo.log" 2>&1
+if cmp -s "$T/lj1/t_train_000000.bin" "$T/lj3/t_train_000000.bin" &&
+   cmp -s "$T/lj1/t_val_000000.bin" "$T/lj3/t_val_000000.bin" \
    && cmp -s "$T/lj1/t_train_000000.bin" "$T/lj4/t_train_000000.bin"; then
     ok "--input - (stdin) and a named pipe give the same shards as the file"
 else
@@ -323,5 +341,78 @@ fi
 if run err_fmt --input "$T/tiny.txt" --format xml --out-dir "$T/e" --name e; then bad "--format xml accepted"
 else ok "bad --format: $(cat "$T/err_fmt.log")"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+# refused flag values: exit 1 and an "error: " line that contains the given text
+refused() {  # description, expected text, prepro arguments after --input/--out-dir/--name
+    local what="$1" want="$2"
+    shift 2
+    run refused --input "$T/tiny.txt" --out-dir "$T/r" --name r --val-tokens 0 "$@"
+    local rc=$?
+    if [ $rc = 1 ] && grep -q "^error: .*$want" "$T/refused.log" && [ ! -e "$T/r" ]; then
+        ok "$what: $(grep -m1 '^error:' "$T/refused.log")"
+    else
+        bad "$what: exit code $rc (expected 1), no '$want' or files written: $(cat "$T/refused.log")"
+    fi
+}
+# the OpenMP runtime died with SIGSEGV on this many threads
+refused "--threads 70000" "--threads" --threads 70000
+refused "--threads 100000" "--threads" --threads 100000
+refused "--threads 4097" "--threads .* 4096" --threads 4097
+refused "--threads -1" "--threads" --threads -1
+# one-token shards: a file (fsynced) for every token
+refused "--shard-tokens 1" "--shard-tokens 1 .*--allow-small-shards 1" --shard-tokens 1
+refused "--shard-tokens 1048575" "--shard-tokens" --shard-tokens 1048575
+refused "--allow-small-shards 2" "--allow-small-shards" --shard-tokens 10 --allow-small-shards 2
+refused "--val-fraction nan" "--val-fraction" --val-tokens -1 --val-fraction nan
+refused "--val-fraction -0.5" "--val-fraction" --val-tokens -1 --val-fraction -0.5
+refused "--val-fraction 1" "--val-fraction" --val-tokens -1 --val-fraction 1
+if run small_ok --input "$T/tiny.txt" --out-dir "$T/s" --name s --val-tokens 0 --shard-tokens 1 \
+       --allow-small-shards 1 && [ "$(ls "$T/s" | wc -l)" = 2 ]; then
+    ok "--shard-tokens 1 --allow-small-shards 1: two one-token shards for 'tiny'"
+else
+    bad "--shard-tokens 1 --allow-small-shards 1: $(cat "$T/small_ok.log"); files: $(ls "$T/s")"
+fi
+if run threads_max --input "$T/tricky.txt" --out-dir "$T/m" --name t --threads 4096 --chunk-bytes 16 \
+       --val-tokens 100 && cmp -s "$T/t1/t_train_000000.bin" "$T/m/t_train_000000.bin"; then
+    ok "--threads 4096, the most allowed: the same shards as 1 thread"
+else
+    bad "--threads 4096: $(tail -3 "$T/threads_max.log")"
+fi
+
+# a directory where a file is expected
+mkdir -p "$T/a_dir"
+if run dir_input --input "$T/a_dir" --out-dir "$T/d" --name d; then
+    bad "--input DIR accepted"
+elif grep -q "^error: .*a_dir is a directory" "$T/dir_input.log"; then
+    ok "--input DIR: $(cat "$T/dir_input.log")"
+else
+    bad "--input DIR: $(cat "$T/dir_input.log")"
+fi
+mkdir -p "$T/tok_dir/vocab.bpe"
+cp data/gpt2/encoder.json "$T/tok_dir/"
+if run dir_bpe --input "$T/tiny.txt" --out-dir "$T/d" --name d --tokenizer-dir "$T/tok_dir"; then
+    bad "a vocab.bpe that is a directory was accepted"
+elif grep -q "^error: .*vocab.bpe is a directory" "$T/dir_bpe.log"; then
+    ok "--tokenizer-dir whose vocab.bpe is a directory: $(cat "$T/dir_bpe.log")"
+else
+    bad "--tokenizer-dir whose vocab.bpe is a directory: $(cat "$T/dir_bpe.log")"
+fi
+[ -x build/tokenize ] || make -s build/tokenize >"$T/make_tokenize.log" 2>&1
+# build/tokenize has the same thread limit as prepro
+if ./build/tokenize --bench "$T/tiny.txt" --threads 70000 >"$T/tok_threads.log" 2>&1; then
+    bad "build/tokenize --threads 70000 accepted"
+elif grep -q "^error: --threads 70000: .*4096" "$T/tok_threads.log"; then
+    ok "build/tokenize --threads 70000: $(cat "$T/tok_threads.log")"
+else
+    bad "build/tokenize --threads 70000: $(cat "$T/tok_threads.log")"
+fi
+if ./build/tokenize "$T/a_dir" >"$T/tok_dir.log" 2>&1; then
+    bad "build/tokenize DIR accepted"
+elif [ $? = 1 ] && grep -q "^error: .*a_dir is a directory" "$T/tok_dir.log"; then
+    ok "build/tokenize DIR: $(cat "$T/tok_dir.log")"
+else
+    bad "build/tokenize DIR: $(cat "$T/tok_dir.log" "$T/make_tokenize.log" 2>/dev/null)"
+fi
+
+echo "$pass passed, $fail failed, $skipped skipped"
+[ "$fail" = 0 ] || exit 1
+[ "$skipped" = 0 ] || exit 77

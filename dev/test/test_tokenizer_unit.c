@@ -236,7 +236,8 @@ static void *thread_encode(void *arg) {
 static void test_threads(void) {
     size_t n = 200000;
     uint8_t *s = (uint8_t *)xmalloc(n);
-    static const char *words[] = {"the ", "cat's ", "\n\n", "caf\xc3\xa9 ", "12345 ", "==== ", "\xe6\x97\xa5\xe6\x9c\xac", "  "};
+    static const char *words[] = {"the ", "cat's ", "\n\n", "caf\xc3\xa9 ", "12345 ", "==== ",
+                                  "\xe6\x97\xa5\xe6\x9c\xac", "  "};
     size_t k = 0;
     while (k < n) {
         const char *w = words[rnd() % 8];
@@ -328,16 +329,30 @@ static void bad_json(const char *name, const uint8_t *json, size_t n, const char
     expect_failure(name, child_init, dir, path, needle, NULL);
 }
 
+// A directory where a tokenizer file is expected: fopen() opens it, and its size read
+// through fseeko/ftello is 2^63 - 1 (which once asked malloc for 2^63 bytes).
+static void file_is_directory(const char *name, const char *file) {
+    char path[300];
+    snprintf(path, sizeof(path), "%s/%s/%s", TMP_DIR, name, file);
+    rmdir(path);  // left by an earlier run; make_case cannot write a file over it
+    const char *dir = make_case(name, g_bpe, g_bpe_len, g_json, g_json_len);
+    unlink(path);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) fatal("test setup: cannot create %s: %s", path, strerror(errno));
+    expect_failure(name, child_init, dir, path, "is a directory", NULL);
+}
+
 static void test_broken_vocab_bpe(void) {
     expect_failure("missing directory", child_init, TMP_DIR "/no_such_dir", "vocab.bpe", NULL, NULL);
     const char *dir = make_case("bpe_missing", NULL, 0, g_json, g_json_len);
     expect_failure("vocab.bpe missing", child_init, dir, "vocab.bpe", "cannot open", NULL);
+    file_is_directory("bpe_directory", "vocab.bpe");
     bad_bpe("bpe_empty", g_bpe, 0, "empty");
     bad_bpe("bpe_half", g_bpe, g_bpe_len / 2, "truncated");
     bad_bpe("bpe_one_byte", g_bpe, 1, NULL);
     // cut at a line end: whole lines are missing
     const uint8_t *p = g_bpe;
-    for (int lines = 0; lines < 1000; lines++) p = (const uint8_t *)memchr(p, '\n', g_bpe_len - (size_t)(p - g_bpe)) + 1;
+    for (int lines = 0; lines < 1000; lines++)
+        p = (const uint8_t *)memchr(p, '\n', g_bpe_len - (size_t)(p - g_bpe)) + 1;
     bad_bpe("bpe_1000_lines", g_bpe, (size_t)(p - g_bpe), "999 merges");
     size_t n;
     uint8_t *b;
@@ -370,6 +385,7 @@ static void test_broken_vocab_bpe(void) {
 static void test_broken_encoder_json(void) {
     const char *dir = make_case("json_missing", g_bpe, g_bpe_len, NULL, 0);
     expect_failure("encoder.json missing", child_init, dir, "encoder.json", "cannot open", NULL);
+    file_is_directory("json_directory", "encoder.json");
     bad_json("json_empty", g_json, 0, "empty");
     bad_json("json_half", g_json, g_json_len / 2, "truncated");
     bad_json("json_cut_end", g_json, g_json_len - 1, "truncated");
