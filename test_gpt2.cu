@@ -119,10 +119,10 @@ int main(int argc, char **argv) {
     gpt2_forward(&model, B, T);
     floatX *logits_dev = (floatX *)xmalloc(BT * Vp * sizeof(floatX));
     CUDA_CHECK(cudaMemcpyAsync(logits_dev, model.acts.logits, BT * Vp * sizeof(floatX), cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), s));
-    gpt2_loss(&model, model.info + 2, 1.0f / (float)BT, 1, B, T);
-    float info[3];
-    CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemsetAsync(model.info + INFO_LOSS, 0, sizeof(float), s));
+    gpt2_loss(&model, model.info + INFO_LOSS, 1.0f / (float)BT, 1, B, T);
+    float info[INFO_SLOTS];
+    CUDA_CHECK(cudaMemcpyAsync(info, model.info, sizeof info, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     float *logits = (float *)xmalloc(BT * V * sizeof(float));
     for (size_t i = 0; i < BT; i++)
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
     int ok = e <= logits_tol;
     failures += !ok; checks++;
     printf("%-14s err %.3e (max abs %.3e)  tol %.0e  %s\n", "logits", e, err_abs, logits_tol, ok ? "ok" : "FAIL");
-    float loss = info[2];
+    float loss = info[INFO_LOSS];
     e = fabs(loss - ref.loss) / fabs(ref.loss);
     ok = e <= loss_tol;
     failures += !ok; checks++;
@@ -169,19 +169,19 @@ int main(int argc, char **argv) {
         for (int step = 0; step < ref.nsteps; step++) {
             if (step > 0) {
                 gpt2_zero_grad(&model);
-                CUDA_CHECK(cudaMemsetAsync(model.info + 2, 0, sizeof(float), s));
+                CUDA_CHECK(cudaMemsetAsync(model.info + INFO_LOSS, 0, sizeof(float), s));
                 gpt2_forward(&model, B, T);
-                gpt2_loss(&model, model.info + 2, 1.0f / (float)BT, 1, B, T);
+                gpt2_loss(&model, model.info + INFO_LOSS, 1.0f / (float)BT, 1, B, T);
                 gpt2_backward(&model);
             }
             gpt2_update(&model, &h, step + 1);
-            CUDA_CHECK(cudaMemcpyAsync(info, model.info, 3 * sizeof(float), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaMemcpyAsync(info, model.info, sizeof info, cudaMemcpyDeviceToHost, s));
             CUDA_CHECK(cudaStreamSynchronize(s));
-            e = fabs((double)info[2] - ref.losses[step]);
+            e = fabs((double)info[INFO_LOSS] - ref.losses[step]);
             ok = e <= step_tol;
             failures += !ok; checks++;
-            printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  tol %.0e  %s\n", step, info[2],
-                   ref.losses[step], e, info[0], step_tol, ok ? "ok" : "FAIL");
+            printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  tol %.0e  %s\n", step,
+                   info[INFO_LOSS], ref.losses[step], e, info[INFO_NORM], step_tol, ok ? "ok" : "FAIL");
         }
     } else {
         printf("debug state has no AdamW steps (version 2): step check skipped\n");

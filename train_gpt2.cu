@@ -671,9 +671,7 @@ static void gpt2_backward(GPT2 *model) {
     gpt2_reduce_grads(model, -1);
 }
 
-// A new step: the gradients and the step's loss accumulator start from zero.
 static void gpt2_zero_grad(GPT2 *model) {
-    CUDA_CHECK(cudaMemsetAsync(model->info + INFO_LOSS, 0, sizeof(float), model->stream));
     CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->grad_elems * sizeof(floatX), model->stream));
     if (model->gshard)
         CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
@@ -1219,6 +1217,7 @@ int main(int argc, char **argv) {
         // forward, loss and backward over the micro-steps (the gradients accumulate, and are
         // summed across the ranks by the backward)
         gpt2_zero_grad(&model);
+        CUDA_CHECK(cudaMemsetAsync(model.info + INFO_LOSS, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
             batches_upload(&batches);
             gpt2_forward(&model, B, T);
