@@ -102,9 +102,9 @@ static void prof_collect(int count) {
 // at d12 on the H200, and keeps no T x T matrix (19 GB less at d12, B=64, T=1024).
 #define FLASH_DEFAULT FLASH_AUTO
 // --deterministic: 1, every kernel sums in a fixed order and runs are bitwise reproducible
-// (resume included); 0, flash attention's backward adds dq with atomics and the matmul
-// algorithms are picked by timing (gpt2_tune_matmuls): faster, and the last bits of a
-// run differ from run to run.
+// (resume included); 0, the matmul algorithms are picked by timing (gpt2_tune_matmuls)
+// and the mma.sync flash attention backward adds dq with atomics (the wgmma backward, head
+// size 64 on sm_90a, is deterministic in both modes): the last bits may differ between runs.
 #define DETERMINISTIC_DEFAULT 1
 static int flash_supported(const GPT2Config *c) {
     int hs = c->channels / c->num_heads;
@@ -1073,8 +1073,9 @@ int main(int argc, char **argv) {
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
         arg_spec(NULL, "--deterministic", ARG_INT, &deterministic,
-                 "1: bitwise-reproducible runs (fixed summation order everywhere), 0: faster, not reproducible (flash "
-                 "attention's atomic-dq backward, matmul algorithms picked by timing)");
+                 "1: bitwise-reproducible runs (fixed summation order everywhere), 0: matmul algorithms picked by "
+                 "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size "
+                 "128, or GPU_ARCH=90): faster there, not bitwise reproducible");
     args_parse(argc, argv, specs, nspecs,
                "usage: train_gpt2cu [options]\n"
                "       mpirun -np N train_gpt2cu [options]     (N ranks, one GPU each)\n\n"
