@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     // AdamW steps on the same batch, with the reference's hyperparameters
     if (ref.nsteps > 0) {
         AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2],
-                         ref.hparams[3], ref.hparams[4], ref.hparams[5]};
+                         ref.hparams[3], ref.hparams[4], ref.hparams[5], 0.0f, 0.0f};
         printf("AdamW: lr %g beta1 %g beta2 %g eps %g weight decay %g grad clip %g\n", h.lr, h.beta1, h.beta2, h.eps,
                h.weight_decay, h.grad_clip);
         for (int step = 0; step < ref.nsteps; step++) {
@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
             float loss = model.mean_loss;
             gpt2_zero_grad(&model);
             gpt2_backward(&model, ref.x, ref.y, 1.0f);
-            float norm = gpt2_update(&model, &h, step + 1);
+            float norm = gpt2_update(&model, &h, step + 1, loss);
             double e = fabs((double)loss - ref.losses[step]);
             ok = e <= step_tol;
             failures += !ok; checks++;

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
         {NULL, "--step-tol", ARG_FLOAT, &step_tol, "tolerance on each AdamW step's loss (absolute)"},
         {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
         {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2"},
-        {"-f", "--flash-attention", ARG_INT, &flash,
+        {NULL, "--flash-attention", ARG_INT, &flash,
          "1: flash attention, 0: plain attention, -1: flash where supported"},
         {NULL, "--deterministic", ARG_INT, &deterministic,
          "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
                " build) with the PyTorch reference.");
     if (recompute < 0 || recompute > 2) fatal("-r must be 0, 1 or 2");
-    if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
+    if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
     g_fuse_gelu = fuse_gelu;
     if (flash == FLASH_AUTO) flash = flash_supported(&model.config);
     if (flash && !flash_supported(&model.config))
-        fatal("-f 1: flash attention does not support this build or head size");
+        fatal("--flash-attention 1: flash attention does not support this build or head size");
     model.deterministic = deterministic;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     // AdamW steps on the same batch, with the reference's hyperparameters
     if (ref.nsteps > 0) {
         AdamWConfig h = {ref.hparams[0], ref.hparams[1], ref.hparams[2],
-                         ref.hparams[3], ref.hparams[4], ref.hparams[5]};
+                         ref.hparams[3], ref.hparams[4], ref.hparams[5], 0.0f, 0.0f};
         printf("AdamW: lr %g beta1 %g beta2 %g eps %g weight decay %g grad clip %g\n", h.lr, h.beta1, h.beta2, h.eps,
                h.weight_decay, h.grad_clip);
         // step 0 reuses the gradients just checked

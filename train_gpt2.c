@@ -504,15 +504,14 @@ static double sum_of_squares(const float *x, size_t n) {
     return total;
 }
 
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-} AdamWConfig;
-
 // Clips by global norm (if grad_clip > 0) and applies one AdamW step (t counts from 1).
-// Returns the gradient norm before clipping; a non-finite norm skips the update.
-static float gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
+// Returns the gradient norm before clipping; a non-finite norm, or a loss or norm above
+// h's limits, skips the update.
+static float gpt2_update(GPT2 *model, const AdamWConfig *h, int t, float loss) {
     float norm = (float)sqrt(sum_of_squares(model->grads, model->num_params));
-    if (!isfinite(norm)) return norm;
+    if (!isfinite(norm) || !isfinite(loss) || (h->max_loss > 0 && loss > h->max_loss) ||
+        (h->max_norm > 0 && norm > h->max_norm))
+        return norm;
     float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
     float bc1 = 1.0f - powf(h->beta1, (float)t), bc2 = 1.0f - powf(h->beta2, (float)t);
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
@@ -645,7 +644,7 @@ int main(int argc, char **argv) {
     TrainData data;
     train_data_open(&data, &o, cfg.vocab_size, 0, 1);
     const int accum = data.accum, max_steps = data.max_steps;
-    AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
+    AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, 0.0f, 0.0f};
 
     gpt2_alloc_activations(&model, B, T);
     double mb = 1.0 / (1024.0 * 1024.0);
@@ -676,7 +675,7 @@ int main(int argc, char **argv) {
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets};
+    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, 0};
     const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
@@ -693,15 +692,16 @@ int main(int argc, char **argv) {
         }
         float loss = (float)(loss_sum / accum);
         if (test_overflow_step(step + 1)) model.grads[0] = INFINITY;
-        // clip and update (a non-finite loss or norm skips the update)
+        // clip and update (a non-finite or outlier loss or norm skips the update)
         opt.lr = lr_at_step(&data.sched, step);
+        outlier_limits(&o, &run, &opt);
         float norm = NAN;
-        if (isfinite(loss)) norm = gpt2_update(&model, &opt, adamw_step_count(&run, step + 1));
+        if (isfinite(loss)) norm = gpt2_update(&model, &opt, adamw_step_count(&run, step + 1), loss);
         double dt = wall_seconds() - t0;
         char perf[32];
         snprintf(perf, sizeof perf, "%.1f GFLOP/s", flops_per_step / dt / 1e9);
         log_step(&lg, step + 1, max_steps, loss, norm, opt.lr, dt, o.total_batch, perf);
-        updates_record(&run, !isfinite(loss) || !isfinite(norm), o.max_skipped, step + 1);
+        updates_record(&run, &lg, step + 1, loss, norm, &opt, o.max_skipped);
         // evaluation, sample, checkpoint
         after_step(&o, data.have_val, can_sample, &lg, &run, step + 1, step + 1 == max_steps, between, &tr);
     }

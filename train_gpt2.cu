@@ -44,15 +44,12 @@
 // The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's
 // matmuls: bf16 and fp16 tensor cores 989 TFLOP/s; the fp32 build's true-fp32 products
 // (no TF32, kernels/matmul.cuh) 67 TFLOP/s.
+#define GPU_PEAK_FLOPS_TF32 494e12  // the fp32 build with -f 1
 #if PRECISION == PRECISION_FP32
 #define GPU_PEAK_FLOPS 67e12
 #else
 #define GPU_PEAK_FLOPS 989e12
 #endif
-
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-} AdamWConfig;
 
 // ----------------------------------------------------------------------------
 // Per-phase timing (--profile 1): CUDA events around each kernel group of a training
@@ -765,7 +762,8 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
         uint32_t seed = (uint32_t)(t * 0x9E3779B1u) ^ (uint32_t)(k * 0x85EBCA77u);
         adamw_update(model->param[k] + u.first, model->master ? model->master + u.shard_offset : NULL, u.grads,
                      u.grad_stride, model->m + u.shard_offset, model->v + u.shard_offset, u.slabs, u.len, u.stride,
-                     u.first, h->lr, h->beta1, h->beta2, t, h->eps, wd, model->info, seed, s);
+                     u.first, h->lr, h->beta1, h->beta2, t, h->eps, wd, model->info, h->max_loss,
+                     h->max_norm, seed, s);
     }
     prof_end(PH_UPDATE, s);
     if (model->zl.world > 1) {  // every rank's updated chunks to every rank
@@ -1041,15 +1039,17 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
-    int prefetch = 1;
+    int prefetch = 1, tf32 = 0, log_gpu = -1;
     int deterministic = DETERMINISTIC_DEFAULT;
-    float skip_loss_z = 0.0f, skip_norm_z = 0.0f;
     const char *comm_name = "nccl";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 11];
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 17];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
-    specs[nspecs++] = arg_spec("-f", "--flash-attention", ARG_INT, &flash,
+    specs[nspecs++] = arg_spec("-f", "--tf32", ARG_INT, &tf32,
+                               "1: the fp32 build's matmuls in TF32 (faster, about 3 decimal digits; the bf16 and "
+                               "fp16 builds' are unaffected), 0: true fp32");
+    specs[nspecs++] = arg_spec(NULL, "--flash-attention", ARG_INT, &flash,
                                "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores "
                                "the T x T matrix, -1: flash where supported");
     specs[nspecs++] =
@@ -1060,12 +1060,18 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec(NULL, "--comm", ARG_STRING, &comm_name,
                                "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; "
                                "ranks may share a GPU: for tests)");
-    specs[nspecs++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &skip_loss_z,
-                               "skip updates whose loss z-score exceeds this (not implemented yet; 0 only)");
-    specs[nspecs++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &skip_norm_z,
-                               "skip updates whose grad-norm z-score exceeds this (not implemented yet; 0 only)");
+    specs[nspecs++] = arg_spec("-ge", "--fuse-gelu", ARG_INT, &fuse_gelu,
+                               "1: GELU in the forward matmul's epilogue, 0: separate kernel");
     specs[nspecs++] =
-        arg_spec(NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel");
+        arg_spec("-lg", "--log-gpu-every", ARG_INT, &log_gpu, "llm.c's GPU logging: -1 only (use nvidia-smi)");
+    // llm.c's launch without mpirun: here the environment does it (RANK, WORLD_SIZE, ...)
+    static const char *const launch_flags[][2] = {{"-pn", "--num-processes"}, {"-pr", "--process-rank"},
+                                                  {"-pg", "--gpus-per-node"}, {"-pm", "--nccl-init-method"},
+                                                  {"-ps", "--server-ip"}, {"-pp", "--fs-path"}};
+    for (int i = 0; i < 6; i++)
+        specs[nspecs++] = arg_spec(launch_flags[i][0], launch_flags[i][1], ARG_REFUSED, NULL,
+                                   "launch with mpirun, or set RANK, WORLD_SIZE, LOCAL_RANK and GPT2_NCCL_ID_FILE in "
+                                   "each process (docs/command-line.md)");
     specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch,
                                "1: read and prepare the next micro-batch on the host while the GPU runs the current "
                                "one, 0: when its micro-step starts");
@@ -1086,9 +1092,11 @@ int main(int argc, char **argv) {
     train_options_validate(&o);
     const int B = o.B, T = o.T;
     if (recompute < 0 || recompute > 2) fatal("-r (recompute) must be 0, 1 or 2, got %d", recompute);
-    if (flash < -1 || flash > 1) fatal("-f must be -1, 0 or 1");
+    if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (flash == 1 && PRECISION == PRECISION_FP32)
-        fatal("-f 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use -f 0");
+        fatal("--flash-attention 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use 0");
+    if (tf32 != 0 && tf32 != 1) fatal("-f (TF32) must be 0 or 1");
+    if (log_gpu != -1) fatal("-lg: logging the GPU's state is not implemented; use nvidia-smi dmon");
     if (master_weights != 0 && master_weights != 1) fatal("-w must be 0 or 1");
     if (zero_stage < 0 || zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", zero_stage);
     int backend = comm_backend_parse(comm_name);
@@ -1101,8 +1109,8 @@ int main(int argc, char **argv) {
             fatal("%d ranks from the environment (WORLD_SIZE) need GPT2_NCCL_ID_FILE: a path on a file system every "
                   "rank sees, fresh for each launch (rank 0 writes NCCL's id there); or launch with mpirun", pg.world);
     }
-    if (skip_loss_z != 0 || skip_norm_z != 0) fatal("-sl/-sg: outlier skipping is not implemented yet; use 0");
-    if (fuse_gelu != 0 && fuse_gelu != 1) fatal("--fuse-gelu must be 0 or 1");
+    if (fuse_gelu == 2) fatal("-ge 2: GELU fused into the backward matmul is not implemented; use -ge 1");
+    if (fuse_gelu != 0 && fuse_gelu != 1) fatal("-ge (GELU fusion) must be 0 or 1");
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
     if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
@@ -1117,8 +1125,8 @@ int main(int argc, char **argv) {
     model.deterministic = deterministic;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
-        fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use -f 0", o.model_arg,
-              cfg.channels / cfg.num_heads);
+        fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use --flash-attention 0",
+              o.model_arg, cfg.channels / cfg.num_heads);
     if (cfg.channels % 8 || (cfg.channels / cfg.num_heads) % 8)
         fatal("-e %s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", o.model_arg,
               cfg.channels, cfg.channels / cfg.num_heads);
@@ -1129,7 +1137,7 @@ int main(int argc, char **argv) {
     TrainData data;
     train_data_open(&data, &o, cfg.vocab_size, pg.rank, pg.world);
     const int accum = data.accum, max_steps = data.max_steps;
-    AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip};
+    AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, 0.0f, 0.0f};
     // -y 1: the newest checkpoint intact on every rank (the ranks agree through MPI; ranks
     // from the environment have no host collective, and each checks its own files)
     const int resume_step = o.resume ? resume_pick_step(o.out_dir, gpt2_shard_rank(&model), !rank0,
@@ -1159,6 +1167,7 @@ int main(int argc, char **argv) {
     comm_init(&comm, &pg, pg.world > 1 ? backend : COMM_BACKEND_NONE);
     model.comm = &comm;
     g_fuse_gelu = fuse_gelu;
+    matmul_set_tf32(tf32);
     gpt2_build(&model, host_params, B, T, recompute, master_weights, flash);
     free(host_params);
 
@@ -1198,12 +1207,15 @@ int main(int argc, char **argv) {
 
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets};
+    // the checkpoint files this process writes (pruned by -nk): rank 0's, a ZeRO rank's shard, or none
+    const int prune_rank = gpt2_shard_rank(&model) == 0 && pg.rank != 0 ? -1 : gpt2_shard_rank(&model);
+    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, prune_rank};
     const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
     Batches batches;
     batches_init(&batches, &model, &data.train, o.overfit, prefetch);
     const double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
-    const double peak_flops = GPU_PEAK_FLOPS * pg.world;  // MFU is per GPU
+    // MFU is per GPU; the fp32 build's TF32 products have the tensor cores' TF32 peak
+    const double peak_flops = (PRECISION == PRECISION_FP32 && tf32 ? GPU_PEAK_FLOPS_TF32 : GPU_PEAK_FLOPS) * pg.world;
     // the mean over positions, micro-steps and ranks (the ranks' losses and gradients are summed)
     const float loss_scale = 1.0f / ((float)B * T * accum * pg.world);
     size_t peak_used = device_used_bytes();
@@ -1230,8 +1242,9 @@ int main(int argc, char **argv) {
             if (micro + 1 < accum || (!last && !ckpt_due)) batches_prefetch(&batches);
         }
         gpt2_reduce_loss(&model, model.info + INFO_LOSS);
-        // clip and update (skipped on the device if the loss or the norm is not finite)
+        // clip and update (skipped on the device if the loss or the norm is not finite or an outlier)
         opt.lr = lr_at_step(&data.sched, step);
+        outlier_limits(&o, &run, &opt);
         gpt2_update(&model, &opt, adamw_step_count(&run, step1));
         float loss, norm;
         gpt2_step_result(&model, &loss, &norm);  // the step's one host sync
@@ -1241,7 +1254,7 @@ int main(int argc, char **argv) {
         char perf[32];
         snprintf(perf, sizeof perf, "MFU %.1f%%", 100.0 * flops_per_step / dt / peak_flops);
         log_step(&lg, step1, max_steps, loss, norm, opt.lr, dt, o.total_batch, perf);
-        updates_record(&run, !isfinite(loss) || !isfinite(norm), o.max_skipped, step1);
+        updates_record(&run, &lg, step1, loss, norm, &opt, o.max_skipped);
         if (PRECISION == PRECISION_FP16 && loss_scaler_update(&model.scaler, loss, norm) < 0)  // every rank: one norm
             logger_printf(&lg, "loss scale halved to %g\n", model.scaler.scale);
         if (step == start_step) peak_used = max_size(peak_used, device_used_bytes());

@@ -7,7 +7,9 @@
 #define COMMON_ARGS_H
 #include "util.h"
 
-typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING } ArgType;
+// ARG_REFUSED: a flag of llm.c's that this program does not support; giving it stops the
+// program with its help text, which says what to use instead.
+typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_REFUSED } ArgType;
 
 typedef struct {
     const char *short_flag;  // e.g. "-b" or "-sl"; NULL if long-only
@@ -27,16 +29,30 @@ static inline void args_print_help(const char *usage, const ArgSpec *specs, int 
         char def[160] = "";
         if (s->type == ARG_INT) snprintf(def, sizeof def, " (default %d)", *(int *)s->dest);
         else if (s->type == ARG_FLOAT) snprintf(def, sizeof def, " (default %g)", *(float *)s->dest);
+        else if (s->type == ARG_REFUSED) snprintf(def, sizeof def, " (not supported)");
         else if (*(const char **)s->dest) snprintf(def, sizeof def, " (default %s)", *(const char **)s->dest);
         printf("  %-26s %s%s\n", names, s->help, def);
     }
-    printf("  %-26s %s\n", "-h, --help", "print this help and exit");
+    int h_taken = 0;
+    for (int i = 0; i < n; i++) h_taken |= specs[i].short_flag && !strcmp(specs[i].short_flag, "-h");
+    if (h_taken) printf("  %-26s %s\n", "--help", "print this help and exit (also -h when no number follows it)");
+    else printf("  %-26s %s\n", "-h, --help", "print this help and exit");
+}
+
+// "-h" is help, unless a program gives it a meaning of its own (llm.c's -h 1 switches an
+// evaluation on) and a number follows it.
+static inline int args_h_is_help(int argc, char **argv, int a, const ArgSpec *specs, int n) {
+    long v;
+    for (int i = 0; i < n; i++)
+        if (specs[i].short_flag && !strcmp(specs[i].short_flag, "-h"))
+            return !(a + 1 < argc && parse_long(argv[a + 1], &v));
+    return 1;
 }
 
 static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n, const char *usage) {
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (!strcmp(arg, "--help") || (!strcmp(arg, "-h") && args_h_is_help(argc, argv, a, specs, n))) {
             args_print_help(usage, specs, n);
             exit(0);
         }
@@ -67,6 +83,8 @@ static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n
             if (!parse_double(value, &v) || v > 3.4e38 || v < -3.4e38)
                 fatal("option %s expects a finite number, got '%s'", name, value);
             *(float *)s->dest = (float)v;
+        } else if (s->type == ARG_REFUSED) {
+            fatal("option %s is llm.c's and is not supported here: %s", name, s->help);
         } else {
             *(const char **)s->dest = value;
         }

@@ -7,6 +7,7 @@
 #define COMMON_CHECKPOINT_H
 #include "util.h"
 #include "crc32c.h"
+#include "outlier.h"
 #include <math.h>
 
 #define CKPT_MAGIC 20240326
@@ -414,8 +415,10 @@ static inline void debug_state_free(DebugState *d) {
 //   [16]=the model file's checksum [17..31]=the run's settings (common/train_common.h)
 //   [32..63]=data loader position (raw bytes of the loader's POD position struct)
 //   [64]=updates skipped in all (AdamW's step count is the step less these)
+//   [65..66]=values held in the loss and gradient-norm windows of -sl / -sg (common/outlier.h)
 //   [250..251]=checksum tag and CRC-32C (files without the tag: [13..31] unrecorded)
-// then m[n], v[n] (fp32 AdamW moments) and, if has_master, master[n] (fp32 weights).
+// then m[n], v[n] (fp32 AdamW moments), if has_master master[n] (fp32 weights), and in
+// version 2 the two windows, OUTLIER_WINDOW floats each (loss, then norm; oldest first).
 // n is this rank's number of optimizer elements (a shard under ZeRO).
 
 #define STATE_LOADER_POS_MAX 128
@@ -435,7 +438,13 @@ typedef struct {
     int64_t log_bytes;    // main.log's length when the checkpoint was written
     uint32_t model_crc;   // checksum of model_<step>.bin, which this state belongs to
     int32_t settings[STATE_SETTINGS];
+    RecentValues recent_loss, recent_norm;  // -sl / -sg's windows
 } TrainState;
+
+// Bytes of a state file of n elements: version 1 has no windows.
+static inline int64_t train_state_bytes(int version, int64_t n, int has_master) {
+    return HEADER_INTS * 4 + (int64_t)4 * n * (has_master ? 3 : 2) + (version >= 2 ? 4 * 2 * OUTLIER_WINDOW : 0);
+}
 
 static inline void train_state_write(const char *path, const TrainState *s) {
     if (s->loader_pos_bytes > STATE_LOADER_POS_MAX) fatal("internal: data loader position too large");
@@ -459,11 +468,15 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     memcpy(&h[17], s->settings, sizeof s->settings);
     memcpy(&h[32], s->loader_pos, (size_t)s->loader_pos_bytes);
     h[64] = s->skipped_total;
+    h[65] = s->recent_loss.count;
+    h[66] = s->recent_norm.count;
     ChecksummedWriter w;
     cw_open(&w, path, h);
     cw_write(&w, s->m, sizeof(float), s->n);
     cw_write(&w, s->v, sizeof(float), s->n);
     if (s->master) cw_write(&w, s->master, sizeof(float), s->n);
+    cw_write(&w, s->recent_loss.values, sizeof(float), OUTLIER_WINDOW);
+    cw_write(&w, s->recent_norm.values, sizeof(float), OUTLIER_WINDOW);
     cw_commit(&w);
 }
 
@@ -488,10 +501,12 @@ static inline const char *train_state_header_problem(const char *path, int expec
         snprintf(why, cap, "its header says step %d, its name step %d (a renamed file?)", h[2], expect_step);
     else if (n < 0 || n > ((int64_t)1 << 40) || h[6] < 0 || h[6] > STATE_LOADER_POS_MAX)
         snprintf(why, cap, "header holds impossible sizes");
-    else if ((int64_t)st.st_size != HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2))
+    else if (h[1] >= 2 && (h[65] < 0 || h[65] > OUTLIER_WINDOW || h[66] < 0 || h[66] > OUTLIER_WINDOW))
+        snprintf(why, cap, "header holds impossible outlier window counts");
+    else if ((int64_t)st.st_size != train_state_bytes(h[1], n, h[3]))
         snprintf(why, cap, "%lld bytes, its header implies %lld%s", (long long)st.st_size,
-                 (long long)(HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2)),
-                 (int64_t)st.st_size < HEADER_INTS * 4 + (int64_t)4 * n * (h[3] ? 3 : 2) ? " (truncated)" : "");
+                 (long long)train_state_bytes(h[1], n, h[3]),
+                 (int64_t)st.st_size < train_state_bytes(h[1], n, h[3]) ? " (truncated)" : "");
     else return NULL;
     return why;
 }
@@ -520,6 +535,14 @@ static inline void train_state_read(const char *path, TrainState *s) {
     xfread(s->m, sizeof(float), s->n, f, path);
     xfread(s->v, sizeof(float), s->n, f, path);
     if (s->master) xfread(s->master, sizeof(float), s->n, f, path);
+    memset(&s->recent_loss, 0, sizeof s->recent_loss);
+    memset(&s->recent_norm, 0, sizeof s->recent_norm);
+    if (h[1] >= 2) {
+        xfread(s->recent_loss.values, sizeof(float), OUTLIER_WINDOW, f, path);
+        xfread(s->recent_norm.values, sizeof(float), OUTLIER_WINDOW, f, path);
+        s->recent_loss.count = h[65];
+        s->recent_norm.count = h[66];
+    }
     fclose(f);
     if (h[CKSUM_TAG_SLOT] == CKSUM_TAG) {
         int hz[HEADER_INTS];
@@ -529,11 +552,18 @@ static inline void train_state_read(const char *path, TrainState *s) {
         crc = crc32c_update(crc, s->m, s->n * sizeof(float));
         crc = crc32c_update(crc, s->v, s->n * sizeof(float));
         if (s->master) crc = crc32c_update(crc, s->master, s->n * sizeof(float));
+        if (h[1] >= 2) {
+            crc = crc32c_update(crc, s->recent_loss.values, sizeof s->recent_loss.values);
+            crc = crc32c_update(crc, s->recent_norm.values, sizeof s->recent_norm.values);
+        }
         if (crc != (uint32_t)h[CKSUM_SLOT]) fatal("%s: checksum mismatch: the file is corrupt", path);
     }
     int64_t bad = first_non_finite(s->m, s->n);
     if (bad < 0) bad = first_non_finite(s->v, s->n);
     if (bad < 0 && s->master) bad = first_non_finite(s->master, s->n);
+    if (bad < 0 && (first_non_finite(s->recent_loss.values, (size_t)s->recent_loss.count) >= 0 ||
+                    first_non_finite(s->recent_norm.values, (size_t)s->recent_norm.count) >= 0))
+        fatal("%s: an outlier window holds a non-finite value: the file is corrupt", path);
     if (bad >= 0) fatal("%s: the optimizer state holds a non-finite value (element %lld): the file is corrupt", path,
                         (long long)bad);
     for (size_t i = 0; i < s->n; i++)

@@ -19,10 +19,17 @@
 typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped;
-    float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac;
+    int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped, hellaswag, ckpt_keep, ckpt_major;
+    float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
+
+// One AdamW step's settings. max_loss and max_norm (0: none) skip the update of a step
+// whose loss or gradient norm is above them (-sl / -sg, common/outlier.h).
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    float max_loss, max_norm;
+} AdamWConfig;
 
 static inline void train_options_defaults(TrainOptions *o, int default_T) {
     memset(o, 0, sizeof *o);
@@ -61,7 +68,7 @@ static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, Ar
     return s;
 }
 
-#define TRAIN_OPTIONS_COUNT 29
+#define TRAIN_OPTIONS_COUNT 34
 
 // Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
 // A trainer appends its own options after these.
@@ -87,6 +94,12 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec("-c", "--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D weights only)");
     specs[n++] =
         arg_spec(NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
+    specs[n++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &o->skip_loss_z,
+                          "skip the update of a step whose loss has a z-score above this against the last 128 "
+                          "steps' (0: never)");
+    specs[n++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &o->skip_norm_z,
+                          "skip the update of a step whose gradient norm has a z-score above this against the last "
+                          "128 steps' (0: never)");
     specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every,
                           "validation loss every N steps and at the end (0: never)");
     specs[n++] = arg_spec("-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
@@ -98,6 +111,10 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec(NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
     specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
                           "write a checkpoint every N steps to -o (0: only at the end, if -o)");
+    specs[n++] = arg_spec("-nk", "--checkpoints-keep", ARG_INT, &o->ckpt_keep,
+                          "keep only the newest N checkpoints in -o, and the major ones (0: keep all)");
+    specs[n++] = arg_spec("-nm", "--checkpoints-major", ARG_INT, &o->ckpt_major,
+                          "the checkpoints of every N-th step are major: -nk never removes them (0: none)");
     specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume,
                           "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
     specs[n++] =
@@ -106,12 +123,14 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec(NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
     specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir,
                           "directory holding vocab.bpe and encoder.json");
+    specs[n++] = arg_spec("-h", "--hellaswag", ARG_INT, &o->hellaswag,
+                          "1: HellaSwag accuracy at every validation (llm.c's flag; not implemented yet: 0 only)");
     specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data,
                           "1: check every training token id at start, 0: each shard when first read (validation "
                           "shards: always at start)");
-    specs[n++] =
-        arg_spec(NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped,
-                 "stop the run after this many updates in a row skipped for a non-finite loss or norm (0: never)");
+    specs[n++] = arg_spec(
+        NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped,
+        "stop the run after this many updates in a row skipped for a non-finite or outlier loss or norm (0: never)");
     if (n != TRAIN_OPTIONS_COUNT) fatal("internal: TRAIN_OPTIONS_COUNT is %d, table has %d", TRAIN_OPTIONS_COUNT, n);
     return n;
 }
@@ -169,6 +188,10 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->shuffle != 0 && o->shuffle != 1) fatal("--shuffle must be 0 or 1");
     if (o->check_data != 0 && o->check_data != 1) fatal("--check-data must be 0 or 1");
     if (o->max_skipped < 0) fatal("--max-skipped-updates must be >= 0 (0: never stop)");
+    if (!(o->skip_loss_z >= 0) || !(o->skip_norm_z >= 0)) fatal("-sl and -sg must be >= 0 (0: never skip)");
+    if (o->hellaswag == 1) fatal("-h 1: the HellaSwag evaluation is not implemented yet; use -h 0 (help: --help)");
+    if (o->hellaswag != 0) fatal("-h must be 0 or 1 (help: --help)");
+    if (o->ckpt_keep < 0 || o->ckpt_major < 0) fatal("-nk and -nm must be >= 0 (0: keep all, no major checkpoints)");
     if (o->out_dir) make_run_dir(o->out_dir);
 }
 
@@ -310,6 +333,48 @@ static inline const char *checkpoint_problem(const char *dir, int step, int shar
     return why;
 }
 
+// The steps whose state file of this shard rank exists in dir, newest first.
+static inline int shard_checkpoint_steps(const char *dir, int shard_rank, int **steps) {
+    if (shard_rank == 0) return checkpoint_steps(dir, steps);
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    char tail[32];
+    snprintf(tail, sizeof tail, ".rank%d.bin", shard_rank);
+    while ((e = readdir(d))) {
+        int step, used = 0;
+        if (sscanf(e->d_name, "state_%8d%n", &step, &used) == 1 && used == 14 && !strcmp(e->d_name + used, tail)) {
+            if (n == cap) *steps = (int *)xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
+            (*steps)[n++] = step;
+        }
+    }
+    closedir(d);
+    if (n) qsort(*steps, (size_t)n, sizeof(int), cmp_int_desc);
+    return n;
+}
+
+// -nk / -nm: after a checkpoint, removes this process's checkpoint files of the steps not
+// kept: the newest keep checkpoints stay, and those of every major-th step (keep 0: all
+// stay). The state goes first, so a checkpoint half removed is no longer one that -y 1
+// would take. shard_rank: 0 for rank 0 (the model and state_<step>.bin), r > 0 for a ZeRO
+// rank (its state_<step>.rank<r>.bin), -1 for a process that writes no checkpoint files.
+static inline void checkpoints_prune(const char *dir, int keep, int major, int shard_rank) {
+    if (keep <= 0 || shard_rank < 0) return;
+    int *steps, n = shard_checkpoint_steps(dir, shard_rank, &steps);
+    for (int i = keep; i < n; i++) {
+        if (major > 0 && steps[i] % major == 0) continue;
+        char mp[4096], sp[4096];
+        checkpoint_paths(dir, steps[i], mp, sp, sizeof mp);
+        state_path_for_rank(dir, steps[i], shard_rank, sp, sizeof sp);
+        if (remove(sp) != 0) fatal("-nk: cannot remove %s: %s", sp, strerror(errno));
+        if (shard_rank == 0 && remove(mp) != 0 && errno != ENOENT)
+            fatal("-nk: cannot remove %s: %s", mp, strerror(errno));
+    }
+    free(steps);
+}
+
 // Sums v over the ranks of a run (NULL: one process).
 typedef long (*RankSumFn)(const void *ctx, long v);
 
@@ -411,16 +476,35 @@ static inline int sampling_possible(const GPT2Config *cfg, int quiet) {
     return 0;
 }
 
-// After a step (skipped: its loss or gradient norm was not finite, so its update was not
-// applied): counts the skipped updates, and stops the run after max of them in a row (0:
-// never), since a run that skips every update only burns time.
-static inline void updates_record(TrainState *run, int skipped, int max, int step1) {
+// Before a step's update: the limits above which its loss or gradient norm is an outlier
+// (-sl / -sg against the recent steps' values; 0: none).
+static inline void outlier_limits(const TrainOptions *o, const TrainState *run, AdamWConfig *h) {
+    h->max_loss = recent_limit(&run->recent_loss, o->skip_loss_z);
+    h->max_norm = recent_limit(&run->recent_norm, o->skip_norm_z);
+}
+
+// After a step: whether its update was skipped (a non-finite loss or norm, which
+// log_step reports, or an outlier, reported here), counted; the recent values updated; and
+// the run stopped after max of them in a row (0: never), since a run that skips every
+// update only burns time.
+static inline void updates_record(TrainState *run, Logger *lg, int step1, float loss, float norm,
+                                  const AdamWConfig *h, int max) {
+    int nonfinite = !isfinite(loss) || !isfinite(norm);
+    int loss_out = !nonfinite && h->max_loss > 0 && loss > h->max_loss;
+    int norm_out = !nonfinite && h->max_norm > 0 && norm > h->max_norm;
+    if (loss_out || norm_out)
+        logger_printf(lg, "warning: step %d: outlier %s (%.4g, above %.4g: -%s); update skipped\n", step1,
+                      loss_out ? "loss" : "gradient norm", loss_out ? loss : norm, loss_out ? h->max_loss : h->max_norm,
+                      loss_out ? "sl" : "sg");
+    int skipped = nonfinite || loss_out || norm_out;
     run->skipped_in_a_row = skipped ? run->skipped_in_a_row + 1 : 0;
     run->skipped_total += skipped;
+    recent_push(&run->recent_loss, loss);
+    recent_push(&run->recent_norm, norm);
     if (max > 0 && run->skipped_in_a_row >= max)
-        fatal("%d updates in a row were skipped for a non-finite loss or gradient norm (the last at step %d): the run "
-              "has diverged, or its weights or data hold NaN/Inf; the checkpoints in -o are intact (lower -l, or "
-              "raise --max-skipped-updates)", run->skipped_in_a_row, step1);
+        fatal("%d updates in a row were skipped for a non-finite or outlier loss or gradient norm (the last at step "
+              "%d): the run has diverged, or its weights or data hold NaN/Inf; the checkpoints in -o are intact "
+              "(lower -l, or raise --max-skipped-updates)", run->skipped_in_a_row, step1);
 }
 
 // AdamW's step count t for the update of step step1 (from 1): the updates applied so far
@@ -480,6 +564,8 @@ static inline void train_state_resume(const TrainState *s, DataLoader *loader, T
     *rng = s->rng;
     run->skipped_in_a_row = s->skipped_in_a_row;
     run->skipped_total = s->skipped_total;
+    run->recent_loss = s->recent_loss;
+    run->recent_norm = s->recent_norm;
 }
 
 // Mean loss over max_batches (-1: all) batches of the validation split: batch_loss runs the
@@ -549,6 +635,7 @@ typedef struct {
     uint64_t *rng;
     Logger *lg;
     int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
+    int prune_rank;                 // checkpoints_prune's shard_rank for this process
 } Trainer;
 
 // What a trainer does between steps, behind its own functions (t: its Trainer).
@@ -563,7 +650,7 @@ typedef struct {
 // the checkpoint (final_sample), so a failing sample loses nothing. An error says which of
 // these it came from.
 static inline void after_step(const TrainOptions *o, int have_val, int can_sample, Logger *lg, TrainState *run,
-                              int step1, int last, BetweenStepsFns f, void *t) {
+                              int step1, int last, BetweenStepsFns f, Trainer *t) {
     char doing[64];
     if (val_due(o, have_val, step1, last)) {
         snprintf(doing, sizeof doing, "evaluating after step %d", step1);
@@ -581,13 +668,14 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
         fatal_context_set(doing);
         run->log_bytes = logger_bytes(lg);
         f.save(t, step1);
+        checkpoints_prune(o->out_dir, o->ckpt_keep, o->ckpt_major, t->prune_rank);
     }
     fatal_context_set(NULL);
 }
 
 // The end-of-run sample; also when a finished run is resumed, whose log was cut back to
 // its checkpoint, before this sample.
-static inline void final_sample(const TrainOptions *o, int can_sample, int max_steps, BetweenStepsFns f, void *t) {
+static inline void final_sample(const TrainOptions *o, int can_sample, int max_steps, BetweenStepsFns f, Trainer *t) {
     if (!sample_due(o, can_sample, max_steps, 1)) return;
     char doing[64];
     snprintf(doing, sizeof doing, "sampling after the last step (%d)", max_steps);

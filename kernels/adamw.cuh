@@ -36,11 +36,15 @@ __device__ __forceinline__ void copy_run(T *dst, const T *src) {
 template <int V>
 __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
                              size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
-                             float bc1, float bc2, float eps, float wd, const float *info, uint32_t seed) {
+                             float bc1, float bc2, float eps, float wd, const float *info, float max_loss,
+                             float max_norm, uint32_t seed) {
     size_t j = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= len) return;
     float norm = info[INFO_NORM], clip = info[INFO_CLIP], loss = info[INFO_LOSS];
-    if (!isfinite(norm) || !isfinite(loss)) return;
+    // a non-finite loss or norm, or an outlier (above a limit > 0), skips the update
+    if (!isfinite(norm) || !isfinite(loss) || (max_loss > 0.0f && loss > max_loss) ||
+        (max_norm > 0.0f && norm > max_norm))
+        return;
     size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
     alignas(16) floatX gr[V], pr[V];
     alignas(16) float mm[V], vv[V], ww[V];
@@ -67,7 +71,8 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
 
 static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
                          int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
-                         int t, float eps, float wd, const float *info, uint32_t seed, cudaStream_t s) {
+                         int t, float eps, float wd, const float *info, float max_loss, float max_norm, uint32_t seed,
+                         cudaStream_t s) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     constexpr int V = X128::size;
     const bool aligned16 =
@@ -75,11 +80,11 @@ static void adamw_update(floatX *params, float *master, const floatX *grads, siz
     if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0) {
         dim3 grid(ceil_div((long)(len / V), 256), slabs);
         adamw_kernel<V><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,
-                                             beta1, beta2, bc1, bc2, eps, wd, info, seed);
+                                             beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
     } else {
         dim3 grid(ceil_div((long)len, 512), slabs);
         adamw_kernel<1><<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,
-                                             beta1, beta2, bc1, bc2, eps, wd, info, seed);
+                                             beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
     }
     LAUNCH_CHECK();
 }

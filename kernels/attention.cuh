@@ -190,7 +190,7 @@ static void batched_gemm(floatX *Cm, const floatX *A, const floatX *Bm, int m, i
     float beta = 0.0f;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(g_cublas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                             m, n, k, &alpha, A, CUBLAS_FLOATX, lda, sa, Bm, CUBLAS_FLOATX, ldb, sb,
-                                            &beta, Cm, CUBLAS_FLOATX, ldc, sc, batch, CUBLAS_COMPUTE,
+                                            &beta, Cm, CUBLAS_FLOATX, ldc, sc, batch, g_matmul_compute,
                                             CUBLAS_GEMM_DEFAULT));
 }
 

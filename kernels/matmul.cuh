@@ -22,8 +22,13 @@ static int g_matmul_tune = 0;
 #define MATMUL_TUNE_CANDIDATES 8
 static int g_tuned_shapes = 0, g_tuned_changed = 0;  // shapes timed; of those, not the first choice
 
-// fp32 accumulation in every build; the fp32 build's products are true fp32 (no TF32)
-static const cublasComputeType_t CUBLAS_COMPUTE = CUBLAS_COMPUTE_32F;
+// fp32 accumulation in every build; the fp32 build's products are true fp32 unless
+// matmul_set_tf32(1) (-f 1) lets them round their inputs to TF32 (the other builds' inputs
+// are bf16 or fp16 already, so TF32 changes nothing there)
+static cublasComputeType_t g_matmul_compute = CUBLAS_COMPUTE_32F;
+static void matmul_set_tf32(int on) {
+    g_matmul_compute = PRECISION == PRECISION_FP32 && on ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 
 static void matmul_init(cudaStream_t s) {
     CUBLAS_CHECK(cublasLtCreate(&g_cublaslt));
@@ -63,7 +68,7 @@ static int epilogue_is_bgrad(cublasLtEpilogue_t e) {
 }
 static void lt_call_create(LtCall *c, const void *bias, int m, int n, int k, int ta, int tb, int lda, int ldb,
                            int ldd, cublasLtEpilogue_t epi, const floatX *aux, int ldaux) {
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, g_matmul_compute, CUDA_R_32F));
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));

@@ -79,6 +79,20 @@ for TRAINER in $trainers; do
         -i "$W/good_*.bin" -j "$W/bad_*.bin" --check-data 0
 done
 if [ -x ./train_gpt2cu ]; then
+    # llm.c's GPT-2 124M run script, flag for flag: every flag is parsed with llm.c's meaning
+    # (the run then stops at the data, which is not here); -h 1 (HellaSwag) is refused
+    LLMC=(-i "no_fineweb/fineweb_train_*.bin" -j "no_fineweb/fineweb_val_*.bin" -o "$W/log124M" -e d12 -b 64
+          -t 1024 -d 524288 -r 1 -z 1 -c 0.1 -l 0.0006 -q 0.0 -u 700 -n 5000 -v 250 -s 20000)
+    TRAINER=./train_gpt2cu
+    expect_error "llm.c's 124M script: -h 1 is refused, not help" "HellaSwag" "${LLMC[@]}" -h 1
+    expect_error "llm.c's 124M script with -h 0: parsed, stops at the data" "no_fineweb" "${LLMC[@]}" -h 0
+    expect_error "llm.c's other flags" "no_fineweb" "${LLMC[@]}" -h 0 -sl 5 -sg 5 -nk 3 -nm 1000 -ge 1 -lg -1 -f 1 \
+        -w 1 -a 0 -x -1 -m 20 -g 144 -k cosine -y 0
+    for f in -pn -pr -pg -pm -ps -pp; do expect_error "llm.c's $f" "mpirun" $SMALL $f 1; done
+    expect_error "-lg other than -1" "nvidia-smi" $SMALL -lg 10
+    expect_error "-ge 2" "-ge 1" $SMALL -ge 2
+    ./train_gpt2cu -h > $W/help.txt 2>&1 && grep -q -- '--flash-attention' $W/help.txt && ok "train_gpt2cu -h alone prints the help" \
+        || bad "train_gpt2cu -h alone: $(head -2 $W/help.txt)"
     # the GPU trainer's own flags, and multi-rank settings (ranks from the environment, as a
     # scheduler would give them; refused before any GPU or network work)
     TRAINER=./train_gpt2cu
@@ -189,6 +203,40 @@ if grep -q 'step 4: non-finite gradient norm; update skipped' $W/skip10.txt &&
    cmp -s $W/skip10/model_00000010.bin $W/noskip9/model_00000009.bin; then
     ok "a skipped update leaves AdamW's bias correction where it was"
 else bad "skipped update and AdamW's step count: $(grep -c skipped $W/skip10.txt) skips; models differ"; fi
+
+# -nk / -nm: the newest N checkpoints stay, and every M-th step's; -y 1 takes the newest
+./train_gpt2 $SMALL -x 10 -n 1 -nk 2 -nm 4 -g 0 -o $W/nk > $W/nk.txt 2>&1
+kept=$(cd $W/nk && ls model_*.bin state_*.bin 2>/dev/null | sed 's/[^0-9]//g; s/^0*//' | sort -n | uniq | tr '\n' ' ')
+if [ "$kept" = "4 8 9 10 " ] && [ "$(ls $W/nk/model_*.bin | wc -l)" = 4 ]; then ok "-nk 2 -nm 4 keeps steps $kept"
+else bad "-nk 2 -nm 4 kept: '$kept'"; fi
+./train_gpt2 $SMALL -x 12 -n 1 -nk 2 -nm 4 -g 0 -o $W/nk -y 1 > $W/nk2.txt 2>&1
+grep -q 'resumed from .* at step 10' $W/nk2.txt && [ ! -f $W/nk/model_00000010.bin ] && [ -f $W/nk/model_00000008.bin ] &&
+    ok "-nk after a resume: step 10 pruned, the major step 8 kept" || bad "-nk after a resume: $(ls $W/nk | tr '\n' ' ')"
+
+# -sl / -sg: a shard that repeats one pattern, with one batch of other tokens at step 297: once
+# the model has learnt the pattern, that batch's loss and norm are outliers and its update is
+# skipped; a run resumed in the middle skips it too (the windows are in the state)
+python3 -c 'import struct, random
+random.seed(7)
+ids = [(i % 5) + 1 for i in range(320 * 32)]
+for k in range(296 * 32 + 1, 297 * 32): ids[k] = random.randrange(50257)  # in the 297th batch alone
+h = [20240520, 1, len(ids)] + [0] * 253
+open("'$W'/spike_000.bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(ids), *ids))'
+SPIKE=(-e l2h2c32t32 -b 2 -t 16 -x 300 -l 3e-3 -k constant -g 0 -v 0 -i "$W/spike_*.bin" -j "")
+./train_gpt2 "${SPIKE[@]}" > $W/spike0.txt 2>&1
+./train_gpt2 "${SPIKE[@]}" -sl 4 -sg 4 -n 290 -o $W/spike > $W/spike1.txt 2>&1
+if ! grep -q outlier $W/spike0.txt && grep -q 'step 297: outlier loss' $W/spike1.txt &&
+   [ "$(grep -c 'update skipped' $W/spike1.txt)" = 1 ]; then ok "-sl 4: the spike at step 297 alone is skipped"
+else bad "-sl: $(grep -E 'outlier|skipped' $W/spike1.txt | head -3)"; fi
+./train_gpt2 "${SPIKE[@]}" -sg 4 > $W/spike2.txt 2>&1
+grep -q 'step 297: outlier gradient norm' $W/spike2.txt && ok "-sg 4: the spike's gradient norm is an outlier too" \
+    || bad "-sg: $(grep -E 'outlier|skipped' $W/spike2.txt | head -3)"
+cp $W/spike/model_00000300.bin $W/straight_model_300.bin
+rm $W/spike/model_00000300.bin $W/spike/state_00000300.bin
+./train_gpt2 "${SPIKE[@]}" -sl 4 -sg 4 -n 290 -o $W/spike -y 1 > $W/spike3.txt 2>&1
+if grep -q 'step 297: outlier loss' $W/spike3.txt && cmp -s $W/straight_model_300.bin $W/spike/model_00000300.bin
+then ok "-sl resumed at step 290: the same skip, the same final model"
+else bad "-sl resume: $(grep -E 'resumed|outlier' $W/spike3.txt | head -3)"; fi
 
 echo "$passes passed, $fails failed${skipped:+, 1 skipped}"
 [ $fails -eq 0 ] || exit 1
