@@ -385,7 +385,8 @@ static inline void dataloader_set_pos(DataLoader *dl, DataLoaderPos p) {
               "with other token counts; now %d shards): the shards changed since the "
               "checkpoint", pat, (long long)p.num_shards, dl->num_shards);
     // an epoch count no run reaches (2^40) keeps dl->epoch++ far from overflow
-    if (p.epoch < 0 || p.epoch > ((int64_t)1 << 40) || p.shard_index < 0 || p.shard_index >= dl->num_shards || p.sample_index < 0)
+    if (p.epoch < 0 || p.epoch > ((int64_t)1 << 40) || p.shard_index < 0 || p.shard_index >= dl->num_shards ||
+        p.sample_index < 0)
         fatal("data loader position for '%s' is out of range (epoch %lld, shard %lld, sample %lld)",
               pat, (long long)p.epoch, (long long)p.shard_index, (long long)p.sample_index);
     if (p.seed != dl->seed) {
