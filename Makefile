@@ -60,7 +60,7 @@ help:  ## list the targets
 
 all: cpu $(if $(HAVE_NVCC),cuda)  ## build everything this machine can build
 
-cpu: train_gpt2 test_gpt2 prepro build/tokenize  ## build the CPU programs
+cpu: train_gpt2 test_gpt2 prepro build/tokenize build/export_hf  ## build the CPU programs
 
 # only what scripts/quickstart.sh runs (it runs the data step itself, and builds train_gpt2cu where a GPU is)
 quickstart: train_gpt2 prepro  ## the main job: prepare Tiny Shakespeare, train (GPU if present, else CPU), sample
@@ -85,6 +85,10 @@ prepro: dev/data/prepro.c $(COMMON_H)  ## text/JSONL to token shards
 build/tokenize: dev/tokenize.c $(COMMON_H)  ## tokenizer CLI: encode, decode, benchmark
 	@mkdir -p build
 	$(CC) $(CFLAGS) -o $@ dev/tokenize.c $(LDLIBS)
+
+build/export_hf: dev/export_hf.c $(COMMON_H)  ## checkpoint <-> Hugging Face transformers GPT-2 directory
+	@mkdir -p build
+	$(CC) $(CFLAGS) -o $@ dev/export_hf.c $(LDLIBS)
 
 # unit tests, built with AddressSanitizer and UBSan
 # the fuzzer runs prepro's own main() in-process
@@ -129,7 +133,7 @@ build/test_nccl_id_file: dev/test/test_nccl_id_file.cu $(COMM_CUH) $(COMMON_H)  
 
 UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader \
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
-             build/san/test_loss_scaler
+             build/san/test_loss_scaler build/san/test_export_hf
 
 # The dependencies come first, before anything is built (mpicc builds a unit test), and the
 # tests run in a sub-make so that HAVE_MPI, PYTHON_TORCH, ... see what was just installed.

@@ -10,6 +10,7 @@
 #include "dataloader.h"
 #include "logger.h"
 #include "rng.h"
+#include "safetensors.h"
 #include "schedule.h"
 #include "tokenizer.h"
 #include <dirent.h>
@@ -78,7 +79,8 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] =
         arg_spec("-j", "--val-data", ARG_STRING, &o->val_pattern, "validation shards (glob); empty string: none");
     specs[n++] = arg_spec("-e", "--model", ARG_STRING, &o->model_arg,
-                          "checkpoint file, or descriptor d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
+                          "checkpoint file, Hugging Face GPT-2 directory, or descriptor "
+                          "d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
     specs[n++] = arg_spec("-o", "--output-dir", ARG_STRING, &o->out_dir, "directory for main.log and checkpoints");
     specs[n++] = arg_spec("-b", "--batch-size", ARG_INT, &o->B, "micro-batch size B");
     specs[n++] = arg_spec("-t", "--seq-len", ARG_INT, &o->T, "sequence length T");
@@ -227,10 +229,13 @@ static inline float *gpt2_params_from_model_arg(const char *model_arg, int T, ui
         const char *problem = gpt2_config_problem(cfg);
         if (problem) fatal("-e %s: %s", model_arg, problem);
         params = gpt2_init_random_params(cfg, seed);
+    } else if (st_is_dir(model_arg)) {
+        params = gpt2_params_from_hf_dir(model_arg, cfg);
     } else if (file_exists(model_arg)) {
         params = gpt2_checkpoint_read(model_arg, cfg);
     } else {
-        fatal("-e %s: not a model descriptor (d12, d24, d36, d48, l<L>h<H>c<C>[t<maxT>]) and no such file", model_arg);
+        fatal("-e %s: not a model descriptor (d12, d24, d36, d48, l<L>h<H>c<C>[t<maxT>]) and no such file or "
+              "directory", model_arg);
     }
     if (T > cfg->max_seq_len) fatal("-t %d exceeds the model's max sequence length %d", T, cfg->max_seq_len);
     return params;

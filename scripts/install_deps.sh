@@ -16,6 +16,7 @@ MPICC="${MPICC:-mpicc}"
 APT_PKGS="build-essential python3-torch python3-numpy libopenblas-dev libopenmpi-dev openmpi-bin"
 # the tokenizer tests compare against this exact Unicode version (dev/gen_unicode_tables.py)
 PIP_PKGS="tiktoken regex unicodedata2==16.0.0 pyarrow"
+TORCH_PIP_PKGS="safetensors"
 
 mode=install
 case "${1:-}" in
@@ -26,11 +27,14 @@ case "${1:-}" in
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
 esac
 
-# fills MISSING (one line each), APT_NEEDED and PIP_NEEDED
+# fills MISSING (one line each), APT_NEEDED, PIP_NEEDED and TORCH_PIP_NEEDED (for the
+# python that has PyTorch: TORCH_PY)
 find_missing() {
     MISSING=""
     APT_NEEDED=0
     PIP_NEEDED=""
+    TORCH_PIP_NEEDED=""
+    TORCH_PY=""
     local c
     for c in gcc make; do
         command -v $c > /dev/null || { MISSING+="  $c (apt: build-essential)"$'\n'; APT_NEEDED=1; }
@@ -40,11 +44,15 @@ find_missing() {
     # Debian's python3-torch lives under /usr/bin/python3, which need not be the python3 on PATH
     local p torch_ok=0
     for p in "$PYTHON" /usr/bin/python3; do
-        "$p" -c 'import torch' 2> /dev/null && torch_ok=1 && break
+        "$p" -c 'import torch' 2> /dev/null && torch_ok=1 && TORCH_PY=$p && break
     done
     if [ $torch_ok = 0 ]; then
         MISSING+="  PyTorch for $PYTHON or /usr/bin/python3 (apt: python3-torch)"$'\n'
         APT_NEEDED=1
+    elif ! "$TORCH_PY" -c 'import safetensors' 2> /dev/null; then
+        # the Hugging Face export's tests read and write safetensors files beside PyTorch
+        MISSING+="  python module safetensors for $TORCH_PY (pip: $TORCH_PIP_PKGS)"$'\n'
+        TORCH_PIP_NEEDED="$TORCH_PIP_PKGS"
     fi
     if ! command -v "$PYTHON" > /dev/null; then
         MISSING+="  $PYTHON (apt: python3)"$'\n'
@@ -79,6 +87,7 @@ if [ "$(id -u)" != 0 ]; then
         echo "error: installing them needs root; run: sudo ./scripts/install_deps.sh" >&2
         [ $APT_NEEDED = 1 ] && echo "  (it runs: apt-get install -y $APT_PKGS)" >&2
         [ -n "$PIP_NEEDED" ] && echo "  (it runs: $PYTHON -m pip install ${PIP_NEEDED% })" >&2
+        [ -n "$TORCH_PIP_NEEDED" ] && echo "  (it runs: $TORCH_PY -m pip install $TORCH_PIP_NEEDED)" >&2
         exit 1
     fi
 fi
@@ -91,16 +100,24 @@ if [ $APT_NEEDED = 1 ] || ! "$PYTHON" -m pip --version > /dev/null 2>&1; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends $pkgs > /dev/null
 fi
-if [ -n "$PIP_NEEDED" ]; then
-    pip_flags=""
+# pip_install PYTHON PACKAGES...
+pip_install() {
+    local py=$1 pip_flags=""
+    shift
+    if ! "$py" -m pip --version > /dev/null 2>&1; then
+        $SUDO apt-get update -qq
+        $SUDO apt-get install -y -qq --no-install-recommends python3-pip > /dev/null
+    fi
     # Debian marks its python as managed by apt (PEP 668); pip refuses it without this flag
-    if "$PYTHON" -c 'import os, sys, sysconfig
+    if "$py" -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
         pip_flags=--break-system-packages
     fi
-    echo "install_deps.sh: $PYTHON -m pip install $PIP_NEEDED"
-    $SUDO "$PYTHON" -m pip install -q $pip_flags $PIP_NEEDED 2>&1 | grep -v 'WARNING: Running pip as' || true
-fi
+    echo "install_deps.sh: $py -m pip install $*"
+    $SUDO "$py" -m pip install -q $pip_flags "$@" 2>&1 | grep -v 'WARNING: Running pip as' || true
+}
+[ -n "$PIP_NEEDED" ] && pip_install "$PYTHON" $PIP_NEEDED
+[ -n "$TORCH_PIP_NEEDED" ] && pip_install "$TORCH_PY" $TORCH_PIP_NEEDED
 find_missing
 if [ -n "$MISSING" ]; then
     echo "error: still missing after the install:" >&2

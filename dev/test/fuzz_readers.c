@@ -19,6 +19,7 @@
 #include "../../common/crc32c.h"
 #include "../../common/dataloader.h"
 #include "../../common/rng.h"
+#include "../../common/safetensors.h"
 #include "../../common/tokenizer.h"
 #include <ctype.h>
 #include <fcntl.h>
@@ -52,8 +53,8 @@ __attribute__((used)) const char *__ubsan_default_options(void) {
 #define FZ_MAX_RESIZE ((size_t)16 << 20)  // a header-consistent resize stays below this
 #define FZ_MAX_MSGS 512
 
-enum { K_MODEL, K_STATE, K_SHARD, K_TOKENIZER, K_JSONL, NKINDS };
-static const char *const KIND_NAMES[NKINDS] = {"model", "state", "shard", "tokenizer", "jsonl"};
+enum { K_MODEL, K_STATE, K_SHARD, K_TOKENIZER, K_JSONL, K_SAFETENSORS, NKINDS };
+static const char *const KIND_NAMES[NKINDS] = {"model", "state", "shard", "tokenizer", "jsonl", "safetensors"};
 
 typedef struct {
     uint8_t *p;
@@ -239,6 +240,17 @@ static void make_fixtures(void) {
     gpt2_checkpoint_write(path, &MODEL_CFG, params, 1);
     read_into(&g_seeds[K_MODEL][1], path);
     g_nseeds[K_MODEL] = 2;
+    // the same model as transformers' GPT-2 (F32, BF16), read beside an intact config.json
+    for (int s = 0; s < 2; s++) {
+        fixture_path(path, sizeof path, s ? "hf_bf16.safetensors" : "hf_fp32.safetensors");
+        gpt2_hf_write_safetensors(path, &MODEL_CFG, params, s);
+        read_into(&g_seeds[K_SAFETENSORS][s], path);
+    }
+    g_nseeds[K_SAFETENSORS] = 2;
+    static const char hf_config[] = "{\"model_type\": \"gpt2\", \"vocab_size\": 50, \"n_positions\": 16, "
+                                    "\"n_embd\": 32, \"n_layer\": 2, \"n_head\": 2}";
+    fixture_path(path, sizeof path, "config.json");
+    write_file(path, hf_config, sizeof hf_config - 1);
     free(params);
 
     // shards: the state's loader reads st_*.bin; the shard seeds' intact sibling
@@ -571,6 +583,12 @@ static void prepare_slot(int kind, const char *slot, const Buf *m, int seed) {
         if (symlink(seed ? g_real_bpe : g_real_json, path) != 0) fatal("symlink %s: %s", path, strerror(errno));
         slot_path(path, sizeof path, slot, seed ? "encoder.json" : "vocab.bpe");
         break;
+    case K_SAFETENSORS:
+        fixture_path(target, sizeof target, "config.json");
+        slot_path(path, sizeof path, slot, "config.json");
+        if (symlink(target, path) != 0) fatal("symlink %s: %s", path, strerror(errno));
+        slot_path(path, sizeof path, slot, "model.safetensors");
+        break;
     default: slot_path(path, sizeof path, slot, "input.jsonl"); break;
     }
     write_file(path, m->p, m->n);
@@ -697,12 +715,22 @@ static void child_jsonl(const char *slot) {
     globfree(&g);
 }
 
+// The file alone, then as the trainers' -e DIR reads it.
+static void child_safetensors(const char *slot) {
+    char path[1024];
+    slot_path(path, sizeof path, slot, "model.safetensors");
+    fuzz_read_safetensors(path);
+    GPT2Config cfg;
+    free(gpt2_params_from_hf_dir(slot, &cfg));
+}
+
 static void run_child_case(int kind, const char *slot, int seed) {
     switch (kind) {
     case K_MODEL: child_model(slot); break;
     case K_STATE: child_state(slot, seed); break;
     case K_SHARD: child_shard(slot, seed); break;
     case K_TOKENIZER: child_tokenizer(slot); break;
+    case K_SAFETENSORS: child_safetensors(slot); break;
     default: child_jsonl(slot); break;
     }
 }
@@ -907,7 +935,7 @@ static void fuzz_kind(int kind, double seconds, uint64_t fuzz_seed, int njobs) {
 static int kind_by_name(const char *name) {
     for (int k = 0; k < NKINDS; k++)
         if (!strcmp(name, KIND_NAMES[k])) return k;
-    fatal("unknown kind '%s' (model, state, shard, tokenizer, jsonl)", name);
+    fatal("unknown kind '%s' (model, state, shard, tokenizer, jsonl, safetensors)", name);
 }
 
 static void make_root(void) {
@@ -969,7 +997,7 @@ int main(int argc, char **argv) {
     env = getenv("FUZZ_TIMEOUT");
     if (env && (!parse_long(env, &timeout) || timeout < 1)) fatal("FUZZ_TIMEOUT must be a positive number");
     g_timeout = (int)timeout;
-    int want[NKINDS] = {1, 1, 1, 1, 1};
+    int want[NKINDS] = {1, 1, 1, 1, 1, 1};
     env = getenv("FUZZ_KINDS");
     if (env && *env) {
         memset(want, 0, sizeof want);

@@ -108,6 +108,7 @@ run sgemm ./build/test_sgemm
 run sgemm-sanitized ./build/san/test_sgemm
 run energy-reader env LD_LIBRARY_PATH=build/fake_nvml ./build/san/test_energy
 run loss-scaler ./build/san/test_loss_scaler
+run export-hf-unit ./build/san/test_export_hf
 run fuzz-readers ./build/san/fuzz_readers
 # multi-process logic, 1 to 3 ranks on this machine's CPUs
 for np in 1 2 3; do
@@ -136,6 +137,8 @@ setup reference-small $PYTHON_TORCH dev/gpt2_ref.py --layers 2 --heads 4 --chann
 # the CPU trainer against the reference
 run test_gpt2-small ./test_gpt2 --ref-dir $REF
 run test_gpt2-small-sanitized ./build/san/test_gpt2 --ref-dir $REF
+# the Hugging Face export and import against PyTorch (needs ./test_gpt2)
+run export-hf $PYTHON_TORCH dev/test/test_export_hf.py
 # the CPU trainer's command line: bad input, training, bit-exact resume
 run train-cli ./dev/test/test_train_cli.sh
 run kill-resume ./dev/test/test_kill_resume.sh

@@ -54,7 +54,7 @@ for TRAINER in $trainers; do
     expect_error "unknown schedule" "-k" $SMALL -k sawtooth
     expect_error "resume without -o" "-y" $SMALL -y 1
     expect_error "corrupt checkpoint" "junk.bin" -e $W/junk.bin
-    expect_error "a directory as the checkpoint" "is a directory" -e $W/a_dir
+    expect_error "a directory without a Hugging Face model" "no config.json" -e $W/a_dir
     for flag in -q -c --grad-clip --wsd-decay-fraction --temperature -l; do
         expect_error "$flag nan" "$flag" $SMALL $flag nan
         expect_error "$flag inf" "$flag" $SMALL $flag inf
