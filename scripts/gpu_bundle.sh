@@ -51,6 +51,8 @@ fi
 # these two live in build/ whatever the precision: -B so that they are bf16 for sure
 make -s -B -j"$JOBS" PRECISION=BF16 build/test_comm build/bench_matmul
 cp build/test_comm build/bench_matmul "$DIST/bin/"
+# the exporter runs on the GPU host's CPU: built for any x86-64, not for this machine's
+gcc -O2 -std=c11 -fopenmp -I. -o "$DIST/bin/export_hf" dev/export_hf.c -lm
 # which source the binaries came from, for the GPU host to print beside its results
 {
     echo "built $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) by scripts/gpu_bundle.sh"

@@ -14,6 +14,7 @@
 #   7. timing runs, d12 B=64 T=1024 at -r 1, 0, 2 and in fp16, and a per-phase profile (not
 #      QUICK); each counts as a check only for running to its summary and energy lines
 #   8. compute-sanitizer memcheck of the small test (not QUICK)
+#   9. a d12 exported with build/export_hf and loaded by transformers (where it is installed)
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -304,5 +305,24 @@ if [ "$SKIP_TESTS" != 1 ]; then
     fi
 fi
 fi  # QUICK
+
+section "9. Hugging Face export"
+# a d12 trained 200 steps, exported by build/export_hf, loaded by transformers: its loss on
+# the first validation batch against train_gpt2cu's, generate() runs; the import gives the
+# checkpoint back byte for byte
+if [ -x "$BIN/export_hf" ] && python3 -c 'import transformers' 2> /dev/null; then
+    run hf hf_train 240 "$BIN/train_gpt2cu" -e d12 -b 4 -t 1024 -x 200 -l 6e-4 -u 20 -v 200 -m 1 -g 0 \
+        -i "$DATA/tiny_shakespeare_train_*.bin" -j "$DATA/tiny_shakespeare_val_*.bin" -o "$W/hf_run"
+    vl=$(grep -oE '^val loss [0-9.]+' "$W/hf_train.log" | tail -1 | awk '{print $3}')
+    run hf hf_export 120 "$BIN/export_hf" "$W/hf_run/model_00000200.bin" "$W/hf_dir"
+    run hf hf_check 300 python3 dev/test/test_hf_gpu.py "$W/hf_dir" "$DATA/tiny_shakespeare_val_000000.bin" 4 1024 \
+        "${vl:-nan}"
+    suite "transformers loads the exported d12 (loss against train_gpt2cu's ${vl:-?}, generate)" hf_check $?
+    run hf hf_import 120 "$BIN/export_hf" --import "$W/hf_dir" "$W/hf_back.bin" --dtype bf16
+    cmp -s "$W/hf_back.bin" "$W/hf_run/model_00000200.bin"
+    verdict $? "export_hf --import: the checkpoint back byte for byte" "export_hf --import: the checkpoint differs"
+else
+    note "     Hugging Face export skipped: no $BIN/export_hf or no transformers"
+fi
 
 finish

@@ -87,7 +87,9 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
             $TRAINER $ARGS $EXTRA_FLAGS -o $d -y 1 >> $d.out 2>&1
         rc=$?
         [ $rc -eq 0 ] && break
-        if [ $rc -ne 137 ]; then
+        # 137: killed. 124: timeout fired as the run was ending on its own (it had exited, or
+        # was exiting, when the signal came): either way the next -y 1 finds out which
+        if [ $rc -ne 137 ] && [ $rc -ne 124 ]; then
             why="a run exited with status $rc: $(grep -m1 '^error' $d.out)"
             break
         fi
