@@ -10,6 +10,9 @@ CC ?= gcc
 CFLAGS ?= -O3 -march=native
 # -fno-math-errno lets gcc vectorise sqrtf (AdamW); results are unchanged
 CFLAGS += -std=c11 -Wall -Wextra -fno-math-errno -fopenmp -I.
+# the commit a program was built from, recorded in each run's metrics.jsonl
+GIT_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+CFLAGS += -DGIT_COMMIT=\"$(GIT_COMMIT)\"
 LDLIBS = -lm
 SAN_FLAGS = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 ifeq ($(BLAS),1)
@@ -25,7 +28,7 @@ GPU_ARCH ?= 90a
 FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
 NVCC_ARCH_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
                   -DGPU_CC=$(subst a,,$(GPU_ARCH)) -I.
-NVCC_FLAGS = $(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION)
+NVCC_FLAGS = $(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION) -DGIT_COMMIT=\"$(GIT_COMMIT)\"
 NVCC_LIBS = -lcublas -lcublasLt -lnccl -ldl
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 MPICC ?= mpicc

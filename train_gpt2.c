@@ -588,7 +588,7 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     train_state_read(sp, &s);
     train_state_resume(&s, loader, run, rng);
     if (s.has_ext) run_settings_report(s.settings, run->settings);
-    logger_truncate(dir, s.log_bytes);
+    logger_truncate(dir, s.log_bytes, s.json_bytes);
 }
 
 // ----------------------------------------------------------------------------
@@ -668,6 +668,7 @@ int main(int argc, char **argv) {
     }
     Logger lg;
     logger_init(&lg, o.out_dir, start_step >= 0, 0);
+    metrics_header(&lg, "train_gpt2", "fp32", &cfg, &o, max_steps, 1, start_step);
     if (start_step < 0) start_step = 0;
     const int can_sample = sampling_possible(&cfg, 0);
 
@@ -679,6 +680,7 @@ int main(int argc, char **argv) {
     const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
+    const double t_run = wall_seconds();
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
         // forward and backward over the micro-steps, gradients accumulating
@@ -698,10 +700,11 @@ int main(int argc, char **argv) {
         float norm = NAN;
         if (isfinite(loss)) norm = gpt2_update(&model, &opt, adamw_step_count(&run, step + 1), loss);
         double dt = wall_seconds() - t0;
-        char perf[32];
-        snprintf(perf, sizeof perf, "%.1f GFLOP/s", flops_per_step / dt / 1e9);
-        log_step(&lg, step + 1, max_steps, loss, norm, opt.lr, dt, o.total_batch, perf);
-        updates_record(&run, &lg, step + 1, loss, norm, &opt, o.max_skipped);
+        StepReport r = {step + 1, max_steps, loss, norm, opt.lr, dt, NAN, flops_per_step / dt / 1e9, o.total_batch,
+                        0, 0, update_fate(loss, norm, &opt), &opt};
+        run_progress(t_run, start_step, step + 1, max_steps, &r.elapsed, &r.eta);
+        log_step(&lg, &r);
+        updates_record(&run, step + 1, loss, norm, r.fate, o.max_skipped);
         // evaluation, sample, checkpoint
         after_step(&o, data.have_val, can_sample, &lg, &run, step + 1, step + 1 == max_steps, between, &tr);
     }

@@ -884,7 +884,7 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     train_state_resume(&s, loader, run, rng);
     if (model->rank == 0) {
         if (s.has_ext) run_settings_report(s.settings, run->settings);
-        logger_truncate(dir, s.log_bytes);
+        logger_truncate(dir, s.log_bytes, s.json_bytes);
     }
     if (PRECISION == PRECISION_FP16) {
         if (!(s.loss_scale > 0.0f) || !isfinite(s.loss_scale)) fatal("%s: bad loss scale %g", sp, s.loss_scale);
@@ -1203,6 +1203,7 @@ int main(int argc, char **argv) {
     }
     Logger lg;
     logger_init(&lg, o.out_dir, resume_step >= 0, !rank0);
+    metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, &o, max_steps, pg.world, resume_step);
     const int can_sample = rank0 && sampling_possible(&cfg, !rank0);
 
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -1222,6 +1223,7 @@ int main(int argc, char **argv) {
     if (profile) prof_init();
     StepMeter meter;  // this rank's GPU board
     step_meter_init(&meter, start_step, device_pci_bus_id());
+    const double t_run = wall_seconds();
     for (int step = start_step; step < max_steps; step++) {
         const int step1 = step + 1, last = step1 == max_steps, ckpt_due = checkpoint_due(&o, step1, last);
         step_meter_begin(&meter, step);
@@ -1251,10 +1253,11 @@ int main(int argc, char **argv) {
         double dt = step_meter_end(&meter, step);
         if (profile) { prof_collect(step > start_step); g_prof.active = 0; }
         // log, then the bookkeeping of skipped updates and of the fp16 loss scale
-        char perf[32];
-        snprintf(perf, sizeof perf, "MFU %.1f%%", 100.0 * flops_per_step / dt / peak_flops);
-        log_step(&lg, step1, max_steps, loss, norm, opt.lr, dt, o.total_batch, perf);
-        updates_record(&run, &lg, step1, loss, norm, &opt, o.max_skipped);
+        StepReport r = {step1, max_steps, loss, norm, opt.lr, dt, flops_per_step / dt / peak_flops, NAN,
+                        o.total_batch, 0, 0, update_fate(loss, norm, &opt), &opt};
+        run_progress(t_run, start_step, step1, max_steps, &r.elapsed, &r.eta);
+        log_step(&lg, &r);
+        updates_record(&run, step1, loss, norm, r.fate, o.max_skipped);
         if (PRECISION == PRECISION_FP16 && loss_scaler_update(&model.scaler, loss, norm) < 0)  // every rank: one norm
             logger_printf(&lg, "loss scale halved to %g\n", model.scaler.scale);
         if (step == start_step) peak_used = max_size(peak_used, device_used_bytes());

@@ -416,6 +416,7 @@ static inline void debug_state_free(DebugState *d) {
 //   [32..63]=data loader position (raw bytes of the loader's POD position struct)
 //   [64]=updates skipped in all (AdamW's step count is the step less these)
 //   [65..66]=values held in the loss and gradient-norm windows of -sl / -sg (common/outlier.h)
+//   [67..68]=bytes of metrics.jsonl at this step (int64)
 //   [250..251]=checksum tag and CRC-32C (files without the tag: [13..31] unrecorded)
 // then m[n], v[n] (fp32 AdamW moments), if has_master master[n] (fp32 weights), and in
 // version 2 the two windows, OUTLIER_WINDOW floats each (loss, then norm; oldest first).
@@ -436,6 +437,7 @@ typedef struct {
     // recorded by this version's writer; has_ext = 0 when read from an older file
     int has_ext, skipped_in_a_row, skipped_total;
     int64_t log_bytes;    // main.log's length when the checkpoint was written
+    int64_t json_bytes;   // metrics.jsonl's length then
     uint32_t model_crc;   // checksum of model_<step>.bin, which this state belongs to
     int32_t settings[STATE_SETTINGS];
     RecentValues recent_loss, recent_norm;  // -sl / -sg's windows
@@ -470,6 +472,7 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     h[64] = s->skipped_total;
     h[65] = s->recent_loss.count;
     h[66] = s->recent_norm.count;
+    memcpy(&h[67], &s->json_bytes, 8);
     ChecksummedWriter w;
     cw_open(&w, path, h);
     cw_write(&w, s->m, sizeof(float), s->n);
@@ -577,7 +580,9 @@ static inline void train_state_read(const char *path, TrainState *s) {
     s->skipped_in_a_row = s->has_ext ? h[13] : 0;
     s->skipped_total = s->has_ext ? h[64] : 0;
     memcpy(&s->log_bytes, &h[14], 8);
+    memcpy(&s->json_bytes, &h[67], 8);
     if (!s->has_ext) s->log_bytes = -1;
+    if (h[1] < 2) s->json_bytes = -1;
     s->model_crc = (uint32_t)h[16];
     memcpy(s->settings, &h[17], sizeof s->settings);
 }

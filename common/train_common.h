@@ -488,20 +488,23 @@ static inline void outlier_limits(const TrainOptions *o, const TrainState *run, 
     h->max_norm = recent_limit(&run->recent_norm, o->skip_norm_z);
 }
 
-// After a step: whether its update was skipped (a non-finite loss or norm, which
-// log_step reports, or an outlier, reported here), counted; the recent values updated; and
-// the run stopped after max of them in a row (0: never), since a run that skips every
-// update only burns time.
-static inline void updates_record(TrainState *run, Logger *lg, int step1, float loss, float norm,
-                                  const AdamWConfig *h, int max) {
-    int nonfinite = !isfinite(loss) || !isfinite(norm);
-    int loss_out = !nonfinite && h->max_loss > 0 && loss > h->max_loss;
-    int norm_out = !nonfinite && h->max_norm > 0 && norm > h->max_norm;
-    if (loss_out || norm_out)
-        logger_printf(lg, "warning: step %d: outlier %s (%.4g, above %.4g: -%s); update skipped\n", step1,
-                      loss_out ? "loss" : "gradient norm", loss_out ? loss : norm, loss_out ? h->max_loss : h->max_norm,
-                      loss_out ? "sl" : "sg");
-    int skipped = nonfinite || loss_out || norm_out;
+// What became of a step's update.
+typedef enum { UPDATE_APPLIED, UPDATE_NONFINITE, UPDATE_OUTLIER_LOSS, UPDATE_OUTLIER_NORM } UpdateFate;
+
+// The same decision the update made (AdamW on the host, or the GPU's kernel): a non-finite
+// loss or norm, or one above h's limits, skipped it.
+static inline UpdateFate update_fate(float loss, float norm, const AdamWConfig *h) {
+    if (!isfinite(loss) || !isfinite(norm)) return UPDATE_NONFINITE;
+    if (h->max_loss > 0 && loss > h->max_loss) return UPDATE_OUTLIER_LOSS;
+    if (h->max_norm > 0 && norm > h->max_norm) return UPDATE_OUTLIER_NORM;
+    return UPDATE_APPLIED;
+}
+
+// After a step: counts the skipped updates, adds the step's values to the recent ones
+// (-sl / -sg), and stops the run after max skipped in a row (0: never), since a run that
+// skips every update only burns time.
+static inline void updates_record(TrainState *run, int step1, float loss, float norm, UpdateFate fate, int max) {
+    int skipped = fate != UPDATE_APPLIED;
     run->skipped_in_a_row = skipped ? run->skipped_in_a_row + 1 : 0;
     run->skipped_total += skipped;
     recent_push(&run->recent_loss, loss);
@@ -530,14 +533,85 @@ static inline int test_overflow_step(int step1) {
     return 0;
 }
 
-// The step line (perf: the trainer's own last field) and, when the update was skipped, why.
-static inline void log_step(Logger *lg, int step1, int max_steps, float loss, float norm, float lr, double dt,
-                            int tokens, const char *perf) {
-    logger_printf(lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %s\n", step1, max_steps,
-                  loss, norm, lr, dt * 1e3, tokens / dt, perf);
-    if (!isfinite(loss) || !isfinite(norm))
-        logger_printf(lg, "warning: step %d: non-finite %s; update skipped\n", step1,
-                      isfinite(loss) ? "gradient norm" : "loss");
+// One step, as the step line, its warning and its metrics record report it.
+typedef struct {
+    int step1, max_steps;
+    float loss, norm, lr;
+    double dt, mfu;             // seconds; MFU (NAN where there is none: the CPU trainer)
+    double gflops;              // the CPU trainer's GFLOP/s (NAN for the GPU trainer)
+    long tokens_per_step;
+    double elapsed, eta;        // seconds since this run started, and to its last step
+    UpdateFate fate;
+    const AdamWConfig *h;       // the limits the update was given
+} StepReport;
+
+// Seconds since the run's first step started, and an estimate of those to its last step
+// at the mean pace so far.
+static inline void run_progress(double t_start, int start_step, int step1, int max_steps, double *elapsed,
+                                double *eta) {
+    *elapsed = wall_seconds() - t_start;
+    *eta = *elapsed / (step1 - start_step) * (max_steps - step1);
+}
+
+// "1h02m", "4m05s", "12s"
+static inline const char *duration_text(char *buf, size_t cap, double s) {
+    long t = s > 0 && s < 1e8 ? (long)(s + 0.5) : 0;  // nothing to say before the first step
+    if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, cap, "%lds", t);
+    return buf;
+}
+
+// The step line, the warning when the update was skipped, and the step's metrics record.
+static inline void log_step(Logger *lg, const StepReport *r) {
+    char perf[32], el[32], eta[32];
+    if (isfinite(r->mfu)) snprintf(perf, sizeof perf, "MFU %.1f%%", 100.0 * r->mfu);
+    else snprintf(perf, sizeof perf, "%.1f GFLOP/s", r->gflops);
+    logger_printf(lg, "step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %s | %s, ETA %s\n",
+                  r->step1, r->max_steps, r->loss, r->norm, r->lr, r->dt * 1e3, r->tokens_per_step / r->dt, perf,
+                  duration_text(el, sizeof el, r->elapsed), duration_text(eta, sizeof eta, r->eta));
+    if (r->fate == UPDATE_NONFINITE)
+        logger_printf(lg, "warning: step %d: non-finite %s; update skipped\n", r->step1,
+                      isfinite(r->loss) ? "gradient norm" : "loss");
+    else if (r->fate != UPDATE_APPLIED) {
+        int is_loss = r->fate == UPDATE_OUTLIER_LOSS;
+        logger_printf(lg, "warning: step %d: outlier %s (%.4g, above %.4g: -%s); update skipped\n", r->step1,
+                      is_loss ? "loss" : "gradient norm", is_loss ? r->loss : r->norm,
+                      is_loss ? r->h->max_loss : r->h->max_norm, is_loss ? "sl" : "sg");
+    }
+    char b[7][32];
+    logger_json(lg, "{\"type\": \"step\", \"step\": %d, \"loss\": %s, \"norm\": %s, \"lr\": %s, \"ms\": %s, "
+                "\"tokens_per_s\": %s, \"mfu\": %s, \"tokens\": %lld, \"skipped\": %d, \"elapsed_s\": %s}",
+                r->step1, json_num(b[0], r->loss), json_num(b[1], r->norm), json_num(b[2], r->lr),
+                json_num(b[3], r->dt * 1e3), json_num(b[4], r->tokens_per_step / r->dt), json_num(b[5], r->mfu),
+                (long long)r->step1 * r->tokens_per_step, r->fate != UPDATE_APPLIED, json_num(b[6], r->elapsed));
+}
+
+// The first record of a run (and of each resumed part of it) in metrics.jsonl: what ran,
+// on what model, with which settings. resumed_from: the checkpoint's step, or -1.
+static inline void metrics_header(Logger *lg, const char *program, const char *build, const GPT2Config *c,
+                                  const TrainOptions *o, int max_steps, int world, int resumed_from) {
+    char b[6][32], from[32];
+    if (resumed_from >= 0)
+        snprintf(from, sizeof from, "%d", resumed_from);
+    else
+        snprintf(from, sizeof from, "null");
+#ifndef GIT_COMMIT
+#define GIT_COMMIT "unknown"
+#endif
+    logger_json(
+        lg,
+        "{\"type\": \"run\", \"program\": \"%s\", \"build\": \"%s\", \"git\": \"%s\", \"model\": "
+        "{\"layers\": %d, \"heads\": %d, \"channels\": %d, \"max_seq_len\": %d, \"vocab\": %d, \"params\": %zu}, "
+        "\"config\": {\"batch\": %d, \"seq_len\": %d, \"total_batch\": %d, \"max_steps\": %d, \"lr\": %s, "
+        "\"schedule\": \"%s\", \"warmup\": %d, \"final_lr_fraction\": %s, \"weight_decay\": %s, "
+        "\"grad_clip\": %s, \"skip_loss_z\": %s, \"skip_norm_z\": %s, \"ranks\": %d, \"seed\": %d}, "
+        "\"resumed_from\": %s}",
+        program, build, GIT_COMMIT, c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->vocab_size,
+        gpt2_num_real_params(c), o->B, o->T, o->total_batch, max_steps, json_num(b[0], o->lr),
+        lr_schedule_name(o->sched.kind), o->warmup, json_num(b[1], o->final_frac), json_num(b[2], o->weight_decay),
+        json_num(b[3], o->grad_clip), json_num(b[4], o->skip_loss_z), json_num(b[5], o->skip_norm_z), world, o->seed,
+        from);
 }
 
 static inline void print_model_banner(const GPT2Config *cfg) {
@@ -661,7 +735,9 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
         snprintf(doing, sizeof doing, "evaluating after step %d", step1);
         fatal_context_set(doing);
         float vl = f.evaluate(t);
+        char b[32];
         logger_printf(lg, "val loss %.6f (step %d)\n", vl, step1);
+        logger_json(lg, "{\"type\": \"val\", \"step\": %d, \"val_loss\": %s}", step1, json_num(b, vl));
     }
     if (!last && sample_due(o, can_sample, step1, last)) {
         snprintf(doing, sizeof doing, "sampling after step %d", step1);
@@ -672,6 +748,7 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
         snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
         fatal_context_set(doing);
         run->log_bytes = logger_bytes(lg);
+        run->json_bytes = logger_json_bytes(lg);
         f.save(t, step1);
         checkpoints_prune(o->out_dir, o->ckpt_keep, o->ckpt_major, t->prune_rank);
     }

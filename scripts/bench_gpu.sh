@@ -29,7 +29,7 @@ STEPS=${STEPS:-30}
 BUDGET_S=${BUDGET_S:-210}
 D24_BATCHES=${D24_BATCHES-"64 32 16"}  # set empty to skip d24
 CU_R=${CU_R:-"0 1 2"}                  # recompute levels of train_gpt2cu to time at d12
-# FLAGS: extra train_gpt2cu options (e.g. FLAGS="-f 1" for flash attention)
+# FLAGS: extra train_gpt2cu options (e.g. FLAGS="--flash-attention 1")
 # CU_ALT: other train_gpt2cu options timed as well at each d12 -r of CU_R, in rows named
 #   train_gpt2cu_r<r>_alt (e.g. CU_ALT="--deterministic 0")
 T=1024

@@ -19,7 +19,7 @@
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
 #   SKIP_TESTS=1   leaves out 1 and 8
-#   FLAGS="..."    extra trainer options for 1-6 (e.g. FLAGS="-f 0")
+#   FLAGS="..."    extra trainer options for 1-6 (e.g. FLAGS="--flash-attention 0")
 #   KILL_TRIALS=N  trials of the kill -9 loop
 set -u
 cd "$(dirname "$0")/.." || exit 1

@@ -7,7 +7,7 @@
 # baseline (scripts/bench_gpu.sh, d12 only) and a per-phase profile of one d12 B=64 run.
 # The benchmark and the profile are timing runs: each counts as a check only for running
 # to its table. Ends with "N passed, M failed"; exits 1 if any check failed.
-#   FLAGS="..."   trainer options for the tests, the benchmark and the profile (e.g. "-f 0")
+#   FLAGS="..."   trainer options for the tests, the benchmark and the profile (e.g. "--flash-attention 0")
 #   CU_R          the recompute levels timed (default 1); D24_BATCHES the d24 batch sizes
 #                 to try (default none); BENCH_S the benchmark's time budget (default 200 s)
 #   CU_ALT="..."  other trainer options benchmarked and profiled beside the default

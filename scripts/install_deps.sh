@@ -15,7 +15,7 @@ PYTHON="${PYTHON:-python3}"
 MPICC="${MPICC:-mpicc}"
 APT_PKGS="build-essential python3-torch python3-numpy libopenblas-dev libopenmpi-dev openmpi-bin"
 # the tokenizer tests compare against this exact Unicode version (dev/gen_unicode_tables.py)
-PIP_PKGS="tiktoken regex unicodedata2==16.0.0 pyarrow"
+PIP_PKGS="tiktoken regex unicodedata2==16.0.0 pyarrow matplotlib"
 TORCH_PIP_PKGS="safetensors"
 
 mode=install

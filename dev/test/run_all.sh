@@ -127,6 +127,8 @@ run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
 # the per-kernel step table from Nsight Compute's CSV (docs/performance-notes.md)
 run ncu-step $PYTHON dev/test/test_ncu_step.py
+# the metrics file's checker and plotter
+run plot-metrics $PYTHON dev/test/test_plot_metrics.py
 # data preparation
 run prepro ./dev/test/test_prepro.sh
 run data-scripts ./dev/test/test_data_scripts.sh

@@ -47,10 +47,13 @@ first_difference() {
         "$1" "$2"
 }
 
-# The state records main.log's length at its step (header slots 14-15), which differs
-# from run to run with the width of the timing fields; that and the checksum over it
-# (slot 251) are compared apart, through the log they point into.
-same_state() { cmp -s -n 56 "$1" "$2" && cmp -s -i 64 -n 940 "$1" "$2" && cmp -s -i 1008 "$1" "$2"; }
+# The state records main.log's and metrics.jsonl's lengths at its step (header slots 14-15
+# and 67-68), which differ from run to run with the width of the timing fields; those and
+# the checksum over them (slot 251) are compared apart, through the log they point into.
+same_state() {
+    cmp -s -n 56 "$1" "$2" && cmp -s -i 64 -n 204 "$1" "$2" && cmp -s -i 276 -n 728 "$1" "$2" &&
+        cmp -s -i 1008 "$1" "$2"
+}
 logged_at_checkpoint() {
     head -c "$(od -An -t d8 -j 56 -N 8 "$1/state_$LAST.bin" | tr -d ' ')" "$1/main.log" | normalized_log -
 }
@@ -110,7 +113,7 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
         why="model_$LAST.bin differs from the reference's: $(cmp $W/ref/model_$LAST.bin $d/model_$LAST.bin)"
     fi
     if [ -z "$why" ] && ! same_state $W/ref/state_$LAST.bin $d/state_$LAST.bin; then
-        why="state_$LAST.bin differs from the reference's (header slots 14-15 and 251 aside)"
+        why="state_$LAST.bin differs from the reference's (header slots 14-15, 67-68 and 251 aside)"
     fi
     if [ -z "$why" ] && [ "$(logged_at_checkpoint $W/ref)" != "$(logged_at_checkpoint $d)" ]; then
         why="state_$LAST.bin's main.log length does not end the log where the reference's does"

@@ -163,6 +163,12 @@ if grep -q 'resume: -l (learning rate) was 0.001, now 0.002' $W/y3.txt && grep -
 then ok "resuming says what changed, and that the run had finished"
 else bad "resume messages: $(head -8 $W/y3.txt)"; fi
 
+# metrics.jsonl after a crash and two resumes (one of a finished run): every line parses,
+# the fields are there and finite, the steps run once each (scripts/plot_metrics.py)
+if ${PYTHON:-python3} scripts/plot_metrics.py --validate $W/y > $W/validate.txt 2>&1; then
+    ok "metrics.jsonl after resumes: $(tail -1 $W/validate.txt)"
+else bad "metrics.jsonl after resumes: $(tail -3 $W/validate.txt)"; fi
+
 # a run whose every update is skipped stops (a learning rate that blows the weights up)
 ./train_gpt2 $SMALL -x 50 -l 1e30 --max-skipped-updates 5 > $W/nan.txt 2> $W/nan_err.txt
 st=$?
@@ -234,8 +240,9 @@ grep -q 'step 297: outlier gradient norm' $W/spike2.txt && ok "-sg 4: the spike'
 cp $W/spike/model_00000300.bin $W/straight_model_300.bin
 rm $W/spike/model_00000300.bin $W/spike/state_00000300.bin
 ./train_gpt2 "${SPIKE[@]}" -sl 4 -sg 4 -n 290 -o $W/spike -y 1 > $W/spike3.txt 2>&1
-if grep -q 'step 297: outlier loss' $W/spike3.txt && cmp -s $W/straight_model_300.bin $W/spike/model_00000300.bin
-then ok "-sl resumed at step 290: the same skip, the same final model"
+if grep -q 'step 297: outlier loss' $W/spike3.txt && cmp -s $W/straight_model_300.bin $W/spike/model_00000300.bin &&
+   ${PYTHON:-python3} scripts/plot_metrics.py --validate $W/spike > /dev/null 2>&1
+then ok "-sl resumed at step 290: the same skip, the same final model, a valid metrics.jsonl"
 else bad "-sl resume: $(grep -E 'resumed|outlier' $W/spike3.txt | head -3)"; fi
 
 echo "$passes passed, $fails failed${skipped:+, 1 skipped}"
