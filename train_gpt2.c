@@ -548,8 +548,7 @@ static void next_logits(void *m, const int *ids, int n, float *logits) {
 }
 
 static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const TrainOptions *o, uint64_t *rng, Logger *lg) {
-    sample_text(tok, o->prompt, o->gen_tokens, o->temperature, model->T, model->config.vocab_size, rng, lg,
-                next_logits, model);
+    sample_text(tok, o, model->T, model->config.vocab_size, rng, lg, next_logits, model);
 }
 
 // ----------------------------------------------------------------------------

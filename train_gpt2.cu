@@ -992,8 +992,7 @@ static float trainer_evaluate(void *t) {
 static void trainer_sample(void *t) {
     Trainer *r = (Trainer *)t;
     GPT2 *model = (GPT2 *)r->model;
-    sample_text(&r->data->tok, r->o->prompt, r->o->gen_tokens, r->o->temperature, model->T, model->config.vocab_size,
-                r->rng, r->lg, next_logits, model);
+    sample_text(&r->data->tok, r->o, model->T, model->config.vocab_size, r->rng, r->lg, next_logits, model);
 }
 
 static void trainer_save(void *t, int step1) {

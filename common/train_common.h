@@ -20,8 +20,8 @@
 typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped, hellaswag, ckpt_keep, ckpt_major;
-    float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z;
+    int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped, hellaswag, ckpt_keep, ckpt_major, top_k;
+    float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z, top_p;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
 
@@ -55,6 +55,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->temperature = 1.0f;
     o->wsd_frac = 0.2f;
     o->check_data = 1;
+    o->top_p = 1.0f;
     o->max_skipped = 100;
 }
 
@@ -69,7 +70,7 @@ static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, Ar
     return s;
 }
 
-#define TRAIN_OPTIONS_COUNT 34
+#define TRAIN_OPTIONS_COUNT 36
 
 // Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
 // A trainer appends its own options after these.
@@ -111,6 +112,9 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
         arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
     specs[n++] = arg_spec(NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
     specs[n++] = arg_spec(NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
+    specs[n++] = arg_spec(NULL, "--top-k", ARG_INT, &o->top_k, "sample among the k most likely tokens only (0: all)");
+    specs[n++] = arg_spec(NULL, "--top-p", ARG_FLOAT, &o->top_p,
+                          "sample among the most likely tokens whose probabilities add up to p (1: all)");
     specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
                           "write a checkpoint every N steps to -o (0: only at the end, if -o)");
     specs[n++] = arg_spec("-nk", "--checkpoints-keep", ARG_INT, &o->ckpt_keep,
@@ -181,6 +185,8 @@ static inline void train_options_validate(TrainOptions *o) {
     if (!(o->grad_clip >= 0)) fatal("--grad-clip must be >= 0, got %g", o->grad_clip);
     if (o->gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
     if (!(o->temperature > 0)) fatal("--temperature must be > 0, got %g", o->temperature);
+    if (o->top_k < 0) fatal("--top-k must be >= 0 (0: every token), got %d", o->top_k);
+    if (!(o->top_p > 0 && o->top_p <= 1)) fatal("--top-p must be in (0, 1], got %g", o->top_p);
     if (o->val_every < 0 || o->sample_every < 0 || o->ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
     if (o->val_batches != -1 && o->val_batches < 1)
         fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
@@ -681,9 +687,41 @@ static inline int sample_index(const float *probs, int n, float coin) {
     return n - 1;
 }
 
+typedef struct {
+    float p;
+    int id;
+} TokenProb;
+
+// Most likely first; ties to the lower id, so the choice is the same on every machine.
+static inline int cmp_token_prob(const void *a, const void *b) {
+    const TokenProb *x = (const TokenProb *)a, *y = (const TokenProb *)b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+// Keeps in probs[0..V) the top_k most likely tokens (0: all) and, of those, the fewest
+// whose probabilities reach top_p (1: all), renormalised; the others become 0.
+static inline void truncate_distribution(float *probs, int V, int top_k, float top_p) {
+    TokenProb *t = (TokenProb *)xmalloc((size_t)V * sizeof(TokenProb));
+    for (int v = 0; v < V; v++) t[v] = (TokenProb){probs[v], v};
+    qsort(t, (size_t)V, sizeof *t, cmp_token_prob);
+    int keep = top_k > 0 && top_k < V ? top_k : V;
+    double cum = 0.0;
+    for (int i = 0; i < keep; i++) {
+        cum += t[i].p;
+        if (cum >= top_p) { keep = i + 1; break; }
+    }
+    double kept = 0.0;
+    for (int i = 0; i < keep; i++) kept += t[i].p;
+    for (int v = 0; v < V; v++) probs[v] = 0.0f;
+    for (int i = 0; i < keep; i++) probs[t[i].id] = (float)(t[i].p / kept);
+    free(t);
+}
+
 // Softmax of logits[0..V) at the given temperature into probs (may be the same array),
-// then a draw from it.
-static inline int sample_from_logits(const float *logits, float *probs, int V, float temperature, uint64_t *rng) {
+// cut to top_k / top_p (0 and 1: nothing cut), then a draw from it.
+static inline int sample_from_logits(const float *logits, float *probs, int V, float temperature, int top_k,
+                                     float top_p, uint64_t *rng) {
     float maxv = -FLT_MAX, sum = 0.0f, temp = temperature > 1e-4f ? temperature : 1e-4f;
     for (int v = 0; v < V; v++) maxv = fmaxf(maxv, logits[v]);
     for (int v = 0; v < V; v++) {
@@ -691,6 +729,7 @@ static inline int sample_from_logits(const float *logits, float *probs, int V, f
         sum += probs[v];
     }
     for (int v = 0; v < V; v++) probs[v] /= sum;
+    if ((top_k > 0 && top_k < V) || top_p < 1.0f) truncate_distribution(probs, V, top_k, top_p);
     return sample_index(probs, V, rng_uniform(rng));
 }
 
@@ -768,8 +807,9 @@ static inline void final_sample(const TrainOptions *o, int can_sample, int max_s
 
 // Generates up to gen_tokens tokens after the end-of-text token and the prompt (at most
 // maxT in all) and prints them as text.
-static inline void sample_text(const Tokenizer *tok, const char *prompt, int gen_tokens, float temperature, int maxT,
-                               int V, uint64_t *rng, Logger *lg, NextLogitsFn next_logits, void *model) {
+static inline void sample_text(const Tokenizer *tok, const TrainOptions *o, int maxT, int V, uint64_t *rng, Logger *lg,
+                               NextLogitsFn next_logits, void *model) {
+    const char *prompt = o->prompt;
     int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
     for (int i = 0; i < maxT; i++) ids[i] = GPT2_EOT;
     int n = 1;
@@ -780,9 +820,9 @@ static inline void sample_text(const Tokenizer *tok, const char *prompt, int gen
         tokenvec_free(&tv);
     }
     float *probs = (float *)xmalloc((size_t)V * sizeof(float));
-    for (int step = 0; step < gen_tokens && n < maxT; step++) {
+    for (int step = 0; step < o->gen_tokens && n < maxT; step++) {
         next_logits(model, ids, n, probs);
-        ids[n++] = sample_from_logits(probs, probs, V, temperature, rng);
+        ids[n++] = sample_from_logits(probs, probs, V, o->temperature, o->top_k, o->top_p, rng);
     }
     log_sample(lg, tok, ids, n);
     free(probs);

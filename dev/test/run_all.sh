@@ -108,6 +108,7 @@ run sgemm ./build/test_sgemm
 run sgemm-sanitized ./build/san/test_sgemm
 run energy-reader env LD_LIBRARY_PATH=build/fake_nvml ./build/san/test_energy
 run loss-scaler ./build/san/test_loss_scaler
+run sampling ./build/san/test_sampling
 run export-hf-unit ./build/san/test_export_hf
 run fuzz-readers ./build/san/fuzz_readers
 # multi-process logic, 1 to 3 ranks on this machine's CPUs

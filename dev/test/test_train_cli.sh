@@ -62,6 +62,9 @@ for TRAINER in $trainers; do
     expect_error "-q above 1" "-q" $SMALL -q 1.5
     expect_error "--grad-clip negative" "--grad-clip" $SMALL --grad-clip -1
     expect_error "--temperature 0" "--temperature" $SMALL --temperature 0
+    expect_error "--top-k negative" "--top-k" $SMALL --top-k -1
+    expect_error "--top-p 0" "--top-p" $SMALL --top-p 0
+    expect_error "--top-p above 1" "--top-p" $SMALL --top-p 1.5
     expect_error "-x -5 (only -1 means one epoch)" "-x" $SMALL -x -5
     expect_error "-x 0" "-x" $SMALL -x 0
     expect_error "-m -5 (only -1 means the whole split)" "-m" $SMALL -m -5

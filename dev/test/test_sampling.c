@@ -1,0 +1,78 @@
+// test_sampling.c: drawing a token from the model's logits (common/train_common.h):
+// --top-k and --top-p keep only the most likely tokens and renormalise, ties going to the
+// lower id; without them a draw is the plain inverse-CDF draw it always was; frequencies
+// over many draws follow the kept probabilities.
+#include "testutil.h"
+#include "../../common/train_common.h"
+
+#define V 6
+// six tokens with probabilities 0.5 (token 1), 0.25 (0), 0.125 (3), 0.0625 (5), 0.03125 (2 and 4)
+static void make_logits(float *l) {
+    const float p[V] = {0.25f, 0.5f, 0.03125f, 0.125f, 0.03125f, 0.0625f};  // token 1 most likely, then 0, 3, 5
+    for (int v = 0; v < V; v++) l[v] = logf(p[v]);
+}
+
+// counts of each token over n draws
+static void draw_counts(int top_k, float top_p, int n, int *counts) {
+    float l[V], probs[V];
+    make_logits(l);
+    uint64_t rng = rng_seed(11);
+    memset(counts, 0, V * sizeof(int));
+    for (int i = 0; i < n; i++) counts[sample_from_logits(l, probs, V, 1.0f, top_k, top_p, &rng)]++;
+}
+
+static void test_top_k(void) {
+    int c[V];
+    draw_counts(1, 1.0f, 2000, c);
+    CHECK(c[1] == 2000, "top-k 1 is the most likely token every time: %d", c[1]);
+    draw_counts(2, 1.0f, 30000, c);
+    CHECK(c[0] + c[1] == 30000, "top-k 2 draws tokens 1 and 0 only: %d of 30000", c[0] + c[1]);
+    double share = c[1] / 30000.0;  // 0.5 / 0.75 after renormalising
+    CHECK(fabs(share - 2.0 / 3.0) < 0.015, "top-k 2: token 1's share %.4f, expected 0.6667", share);
+}
+
+static void test_top_p(void) {
+    int c[V];
+    draw_counts(0, 0.5f, 2000, c);
+    CHECK(c[1] == 2000, "top-p 0.5: token 1 alone reaches it: %d", c[1]);
+    draw_counts(0, 0.8f, 30000, c);  // 0.5 + 0.25 + 0.125 reach 0.8: tokens 1, 0, 3
+    CHECK(c[2] == 0 && c[4] == 0 && c[5] == 0 && c[1] + c[0] + c[3] == 30000, "top-p 0.8: tokens 1, 0, 3 only");
+    CHECK(fabs(c[3] / 30000.0 - 0.125 / 0.875) < 0.012, "top-p 0.8: token 3's share %.4f, expected %.4f",
+          c[3] / 30000.0, 0.125 / 0.875);
+    draw_counts(2, 0.99f, 3000, c);
+    CHECK(c[0] + c[1] == 3000, "top-k 2 with top-p 0.99: top-k cuts first");
+}
+
+// ties go to the lower id: with two equal best tokens and top-k 1, always the first
+static void test_ties(void) {
+    float l[4] = {0.0f, 1.0f, 1.0f, 0.5f}, probs[4];
+    uint64_t rng = rng_seed(3);
+    int ok = 1;
+    for (int i = 0; i < 200; i++) ok &= sample_from_logits(l, probs, 4, 1.0f, 1, 1.0f, &rng) == 1;
+    CHECK(ok, "a tie for the top goes to the lower id");
+}
+
+// without top-k / top-p the draw is the inverse CDF of the softmax, coin for coin
+static void test_plain(void) {
+    float l[V], probs[V], p[V];
+    make_logits(l);
+    uint64_t a = rng_seed(5), b = rng_seed(5);
+    int same = 1;
+    for (int i = 0; i < 1000; i++) {
+        int got = sample_from_logits(l, probs, V, 1.0f, 0, 1.0f, &a);
+        float maxv = -FLT_MAX, sum = 0.0f;
+        for (int v = 0; v < V; v++) maxv = fmaxf(maxv, l[v]);
+        for (int v = 0; v < V; v++) sum += (p[v] = expf(l[v] - maxv));
+        for (int v = 0; v < V; v++) p[v] /= sum;
+        same &= got == sample_index(p, V, rng_uniform(&b));
+    }
+    CHECK(same, "top-k 0 and top-p 1 leave the plain draw unchanged");
+}
+
+int main(void) {
+    run_case("top-k keeps the k most likely tokens", test_top_k);
+    run_case("top-p keeps the fewest tokens reaching p", test_top_p);
+    run_case("ties go to the lower id", test_ties);
+    run_case("no cut: the plain draw", test_plain);
+    return test_summary();
+}
