@@ -614,6 +614,20 @@ static float trainer_evaluate(void *t) {
     return evaluate_split(&r->data->val, r->o->val_batches, r->val_inputs, r->val_targets, f, &e);
 }
 
+// HellaSwag: one forward over a batch of (example, completion) rows, its per-position losses.
+static void position_losses(void *m, const int *inputs, const int *targets, float *losses) {
+    GPT2 *model = (GPT2 *)m;
+    gpt2_forward(model, inputs, targets, model->B, model->T);
+    memcpy(losses, model->acts.losses, (size_t)model->B * model->T * sizeof(float));
+}
+
+static HellaSwagScore trainer_hellaswag(void *t) {
+    Trainer *r = (Trainer *)t;
+    GPT2 *model = (GPT2 *)r->model;
+    return hellaswag_evaluate(&r->data->hellaswag, model->B, model->T, 0, 1, r->val_inputs, r->val_targets,
+                              position_losses, model, NULL);
+}
+
 static void trainer_sample(void *t) {
     Trainer *r = (Trainer *)t;
     gpt2_sample((GPT2 *)r->model, &r->data->tok, r->o, r->rng, r->lg);
@@ -676,7 +690,7 @@ int main(int argc, char **argv) {
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, 0};
-    const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
+    const BetweenStepsFns between = {trainer_evaluate, trainer_hellaswag, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
     const double t_run = wall_seconds();

@@ -989,6 +989,41 @@ static float trainer_evaluate(void *t) {
     return evaluate_split(&r->data->val, r->o->val_batches, r->val_inputs, r->val_targets, f, r->model);
 }
 
+// HellaSwag: one forward over a batch of (example, completion) rows, its per-position
+// losses copied to the host (the scorer's arithmetic is small; the forward is the work).
+static void position_losses(void *m, const int *inputs, const int *targets, float *losses) {
+    GPT2 *model = (GPT2 *)m;
+    const GPT2Config *c = &model->config;
+    int B = model->B, T = model->T, N = B * T;
+    gpt2_upload_batch(model, inputs, targets, B, T);
+    gpt2_forward(model, B, T);
+    fused_classifier(model->acts.logits, model->acts.losses, batch_field(model, model->d_batch, BATCH_TARGETS), 1.0f,
+                     0, N, c->vocab_size, c->padded_vocab_size, model->stream);
+    CUDA_CHECK(cudaMemcpyAsync(losses, model->acts.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
+                               model->stream));
+    CUDA_CHECK(cudaStreamSynchronize(model->stream));
+}
+
+// A count summed over the ranks on the device, like the validation loss (exact: a float
+// holds every count below 2^24).
+static long sum_over_ranks(GPT2 *model, long count) {
+    float mine = (float)count;
+    CUDA_CHECK(cudaMemcpyAsync(model->info + INFO_VAL_LOSS, &mine, sizeof(float), cudaMemcpyHostToDevice,
+                               model->stream));
+    return lroundf(eval_result(model));
+}
+
+// Each rank scores its share of the examples.
+static HellaSwagScore trainer_hellaswag(void *t) {
+    Trainer *r = (Trainer *)t;
+    GPT2 *model = (GPT2 *)r->model;
+    HellaSwagScore s = hellaswag_evaluate(&r->data->hellaswag, model->B, model->T, model->rank, model->world,
+                                          r->val_inputs, r->val_targets, position_losses, model, NULL);
+    s.correct = sum_over_ranks(model, s.correct);
+    s.truncated = (int)sum_over_ranks(model, s.truncated);
+    return s;
+}
+
 static void trainer_sample(void *t) {
     Trainer *r = (Trainer *)t;
     GPT2 *model = (GPT2 *)r->model;
@@ -1210,7 +1245,7 @@ int main(int argc, char **argv) {
     // the checkpoint files this process writes (pruned by -nk): rank 0's, a ZeRO rank's shard, or none
     const int prune_rank = gpt2_shard_rank(&model) == 0 && pg.rank != 0 ? -1 : gpt2_shard_rank(&model);
     Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, prune_rank};
-    const BetweenStepsFns between = {trainer_evaluate, trainer_sample, trainer_save};
+    const BetweenStepsFns between = {trainer_evaluate, trainer_hellaswag, trainer_sample, trainer_save};
     Batches batches;
     batches_init(&batches, &model, &data.train, o.overfit, prefetch);
     const double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;

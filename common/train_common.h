@@ -8,6 +8,7 @@
 #include "args.h"
 #include "checkpoint.h"
 #include "dataloader.h"
+#include "hellaswag.h"
 #include "logger.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -19,6 +20,7 @@
 
 typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
+    const char *hellaswag_file;
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped, hellaswag, ckpt_keep, ckpt_major, top_k;
     float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z, top_p;
@@ -39,6 +41,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->model_arg = "d12";
     o->sched_name = "cosine";
     o->tokenizer_dir = "data/gpt2";
+    o->hellaswag_file = "data/hellaswag/hellaswag_val.bin";
     o->prompt = "";
     o->B = 4;
     o->T = default_T;
@@ -47,6 +50,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->val_every = 20;
     o->val_batches = 20;
     o->sample_every = 20;
+    o->ckpt_every = -1;
     o->gen_tokens = 64;
     o->seed = 42;
     o->lr = 3e-4f;
@@ -70,7 +74,7 @@ static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, Ar
     return s;
 }
 
-#define TRAIN_OPTIONS_COUNT 36
+#define TRAIN_OPTIONS_COUNT 37
 
 // Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
 // A trainer appends its own options after these.
@@ -107,7 +111,7 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
                           "validation loss every N steps and at the end (0: never)");
     specs[n++] = arg_spec("-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
     specs[n++] =
-        arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample text every N steps (0: only at the end)");
+        arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample every N steps and at the end (0: never)");
     specs[n++] =
         arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
     specs[n++] = arg_spec(NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
@@ -116,7 +120,7 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec(NULL, "--top-p", ARG_FLOAT, &o->top_p,
                           "sample among the most likely tokens whose probabilities add up to p (1: all)");
     specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
-                          "write a checkpoint every N steps to -o (0: only at the end, if -o)");
+                          "write a checkpoint to -o every N steps and at the end (-1: at the end only; 0: never)");
     specs[n++] = arg_spec("-nk", "--checkpoints-keep", ARG_INT, &o->ckpt_keep,
                           "keep only the newest N checkpoints in -o, and the major ones (0: keep all)");
     specs[n++] = arg_spec("-nm", "--checkpoints-major", ARG_INT, &o->ckpt_major,
@@ -130,7 +134,9 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir,
                           "directory holding vocab.bpe and encoder.json");
     specs[n++] = arg_spec("-h", "--hellaswag", ARG_INT, &o->hellaswag,
-                          "1: HellaSwag accuracy at every validation (llm.c's flag; not implemented yet: 0 only)");
+                          "1: HellaSwag accuracy every -v steps and at the end (llm.c's flag; -h alone: help)");
+    specs[n++] = arg_spec(NULL, "--hellaswag-file", ARG_STRING, &o->hellaswag_file,
+                          "the HellaSwag eval file for -h 1 (llm.c's format; dev/data/hellaswag.py builds it)");
     specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data,
                           "1: check every training token id at start, 0: each shard when first read (validation "
                           "shards: always at start)");
@@ -187,7 +193,8 @@ static inline void train_options_validate(TrainOptions *o) {
     if (!(o->temperature > 0)) fatal("--temperature must be > 0, got %g", o->temperature);
     if (o->top_k < 0) fatal("--top-k must be >= 0 (0: every token), got %d", o->top_k);
     if (!(o->top_p > 0 && o->top_p <= 1)) fatal("--top-p must be in (0, 1], got %g", o->top_p);
-    if (o->val_every < 0 || o->sample_every < 0 || o->ckpt_every < 0) fatal("-v, -s and -n must be >= 0");
+    if (o->val_every < 0 || o->sample_every < 0) fatal("-v and -s must be >= 0");
+    if (o->ckpt_every < -1) fatal("-n must be -1 (at the end only), 0 (never) or a number of steps");
     if (o->val_batches != -1 && o->val_batches < 1)
         fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
     if (o->resume != 0 && o->resume != 1) fatal("-y must be 0 or 1");
@@ -197,8 +204,11 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->check_data != 0 && o->check_data != 1) fatal("--check-data must be 0 or 1");
     if (o->max_skipped < 0) fatal("--max-skipped-updates must be >= 0 (0: never stop)");
     if (!(o->skip_loss_z >= 0) || !(o->skip_norm_z >= 0)) fatal("-sl and -sg must be >= 0 (0: never skip)");
-    if (o->hellaswag == 1) fatal("-h 1: the HellaSwag evaluation is not implemented yet; use -h 0 (help: --help)");
-    if (o->hellaswag != 0) fatal("-h must be 0 or 1 (help: --help)");
+    if (o->hellaswag != 0 && o->hellaswag != 1) fatal("-h must be 0 or 1 (help: --help)");
+    if (o->hellaswag && o->val_every == 0) fatal("-h 1 runs every -v steps: give -v a number of steps, not 0");
+    if (o->hellaswag && !file_exists(o->hellaswag_file))
+        fatal("-h 1: the HellaSwag eval file %s does not exist (build it with dev/data/hellaswag.py, or name it "
+              "with --hellaswag-file)", o->hellaswag_file);
     if (o->ckpt_keep < 0 || o->ckpt_major < 0) fatal("-nk and -nm must be >= 0 (0: keep all, no major checkpoints)");
     if (o->out_dir) make_run_dir(o->out_dir);
 }
@@ -247,11 +257,12 @@ static inline float *gpt2_params_from_model_arg(const char *model_arg, int T, ui
     return params;
 }
 
-// The data side of a run: tokenizer, train and validation loaders, the number of
-// micro-steps per step, the number of steps, and the schedule over them.
+// The data side of a run: tokenizer, train and validation loaders, the HellaSwag examples
+// (-h 1), the number of micro-steps per step, the number of steps, and the schedule.
 typedef struct {
     Tokenizer tok;
     DataLoader train, val;
+    HellaSwag hellaswag;
     int have_val, accum, max_steps;
     LRSchedule sched;
 } TrainData;
@@ -270,6 +281,12 @@ static inline void train_data_open(TrainData *d, const TrainOptions *o, int voca
     // every evaluation) is checked now, and the training split too unless --check-data 0
     if (o->check_data) dataloader_check_all_ids(&d->train, rank == 0);
     if (d->have_val) dataloader_check_all_ids(&d->val, rank == 0);
+    if (o->hellaswag) {
+        hellaswag_load(&d->hellaswag, o->hellaswag_file, vocab_size);
+        if (rank == 0)
+            printf("hellaswag: %d examples from %s (longest %d tokens)\n", d->hellaswag.n, o->hellaswag_file,
+                   d->hellaswag.longest);
+    }
     d->accum = (int)(o->total_batch / ((long)o->B * o->T * world));
     d->max_steps = o->max_steps;
     if (d->max_steps < 0) {  // one epoch
@@ -283,6 +300,7 @@ static inline void train_data_open(TrainData *d, const TrainOptions *o, int voca
 static inline void train_data_close(TrainData *d) {
     dataloader_free(&d->train);
     if (d->have_val) dataloader_free(&d->val);
+    hellaswag_free(&d->hellaswag);
     tokenizer_free(&d->tok);
 }
 
@@ -470,12 +488,17 @@ static inline int val_due(const TrainOptions *o, int have_val, int step1, int la
     return have_val && o->val_every > 0 && (step1 % o->val_every == 0 || last);
 }
 
-static inline int sample_due(const TrainOptions *o, int can_sample, int step1, int last) {
-    return can_sample && o->gen_tokens > 0 && ((o->sample_every > 0 && step1 % o->sample_every == 0) || last);
+static inline int hellaswag_due(const TrainOptions *o, int step1, int last) {
+    return o->hellaswag && o->val_every > 0 && (step1 % o->val_every == 0 || last);
 }
 
+static inline int sample_due(const TrainOptions *o, int can_sample, int step1, int last) {
+    return can_sample && o->gen_tokens > 0 && o->sample_every > 0 && (step1 % o->sample_every == 0 || last);
+}
+
+// -n: -1 at the end only, 0 never (llm.c's meaning), N every N steps and at the end
 static inline int checkpoint_due(const TrainOptions *o, int step1, int last) {
-    return o->out_dir && ((o->ckpt_every > 0 && step1 % o->ckpt_every == 0) || last);
+    return o->out_dir && o->ckpt_every != 0 && ((o->ckpt_every > 0 && step1 % o->ckpt_every == 0) || last);
 }
 
 // Samples start from GPT-2's end-of-text token and print through its tokenizer, so a
@@ -759,14 +782,27 @@ typedef struct {
 // What a trainer does between steps, behind its own functions (t: its Trainer).
 typedef struct {
     float (*evaluate)(void *t);        // the mean validation loss
+    HellaSwagScore (*hellaswag)(void *t);
     void (*sample)(void *t);           // prints a sample through the logger
     void (*save)(void *t, int step1);  // writes the checkpoint of step step1
 } BetweenStepsFns;
 
-// After step step1: evaluation, then a sample, then the checkpoint (which records the log
-// so far, for a resume to cut it back to). At the end of the run the sample comes after
-// the checkpoint (final_sample), so a failing sample loses nothing. An error says which of
-// these it came from.
+// The HellaSwag score after step step1, on the console, in main.log and in metrics.jsonl.
+static inline void log_hellaswag(Logger *lg, HellaSwagScore s, int T, int step1) {
+    char b[32];
+    double acc = (double)s.correct / (double)s.examples;
+    logger_printf(lg, "hellaswag accuracy %.4f (%ld/%ld, step %d)\n", acc, s.correct, s.examples, step1);
+    if (s.truncated)
+        logger_printf(lg, "hellaswag: %d examples are longer than T+1 = %d tokens: their context was cut\n",
+                      s.truncated, T + 1);
+    logger_json(lg, "{\"type\": \"hellaswag\", \"step\": %d, \"accuracy\": %s, \"correct\": %ld, \"examples\": %ld}",
+                step1, json_num(b, acc), s.correct, s.examples);
+}
+
+// After step step1: evaluation (validation loss, HellaSwag), then a sample, then the
+// checkpoint (which records the log so far, for a resume to cut it back to). At the end of
+// the run the sample comes after the checkpoint (final_sample), so a failing sample loses
+// nothing. An error says which of these it came from.
 static inline void after_step(const TrainOptions *o, int have_val, int can_sample, Logger *lg, TrainState *run,
                               int step1, int last, BetweenStepsFns f, Trainer *t) {
     char doing[64];
@@ -777,6 +813,11 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
         char b[32];
         logger_printf(lg, "val loss %.6f (step %d)\n", vl, step1);
         logger_json(lg, "{\"type\": \"val\", \"step\": %d, \"val_loss\": %s}", step1, json_num(b, vl));
+    }
+    if (hellaswag_due(o, step1, last)) {
+        snprintf(doing, sizeof doing, "running HellaSwag after step %d", step1);
+        fatal_context_set(doing);
+        log_hellaswag(lg, f.hellaswag(t), o->T, step1);
     }
     if (!last && sample_due(o, can_sample, step1, last)) {
         snprintf(doing, sizeof doing, "sampling after step %d", step1);

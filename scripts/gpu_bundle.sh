@@ -18,6 +18,9 @@ rm -rf "${DIST:?}/bin" "${DIST:?}/data"
 mkdir -p "$DIST/bin" "$DIST/data"
 # input.txt too: dev/data/tinyshakespeare.sh finds the shards up to date only beside it
 cp data/tinyshakespeare/*.bin data/tinyshakespeare/input.txt "$DIST/data/"
+# a HellaSwag-like eval file for gpu_check.sh, made here with our tokenizer
+python3 dev/test/hellaswag_like.py "$DIST/data/hellaswag_like.jsonl" 2000 11
+python3 dev/data/hellaswag.py "$DIST/data/hellaswag_like.jsonl" -o "$DIST/data/hellaswag_like.bin"
 
 suffix() { [ "$1" = BF16 ] || echo "_$(echo "$1" | tr '[:upper:]' '[:lower:]')"; }
 programs() { echo train_gpt2cu test_gpt2cu; [ "$1" = FP32 ] || echo test_attention test_wgmma; }

@@ -15,6 +15,7 @@
 #      QUICK); each counts as a check only for running to its summary and energy lines
 #   8. compute-sanitizer memcheck of the small test (not QUICK)
 #   9. a d12 exported with build/export_hf and loaded by transformers (where it is installed)
+#  10. HellaSwag (-h 1): the fp32 and bf16 builds' answers against PyTorch's, 2 ranks against 1
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -323,6 +324,42 @@ if [ -x "$BIN/export_hf" ] && python3 -c 'import transformers' 2> /dev/null; the
     verdict $? "export_hf --import: the checkpoint back byte for byte" "export_hf --import: the checkpoint differs"
 else
     note "     Hugging Face export skipped: no $BIN/export_hf or no transformers"
+fi
+
+section "10. HellaSwag"
+# a small model trained 300 steps on Tiny Shakespeare, scored on the HellaSwag-like set of
+# scripts/gpu_bundle.sh (2000 examples): the fp32 build's answers against the PyTorch
+# scorer's (dev/hellaswag_ref.py), the bf16 build's against PyTorch's, 2 ranks against 1
+HS="$DATA/hellaswag_like.bin"
+if [ -f "$HS" ] && python3 -c 'import torch' 2> /dev/null; then
+    HSR="-b 16 -t 256 -x 1 -l 0 -v 1 -m 1 -s 0 -h 1 --hellaswag-file $HS $TR"
+    run hellaswag hs_train 240 "$BIN/train_gpt2cu_fp32" -e l4h4c256t256 -b 16 -t 256 -x 300 -l 1e-3 -u 20 -v 0 -s 0 \
+        $TR -o "$W/hs_run"
+    M="$W/hs_run/model_00000300.bin"
+    run hellaswag hs_ref 300 python3 dev/hellaswag_ref.py --load "$M" --file "$HS" -T 256 --choices "$W/hs_ref.txt"
+    run hellaswag hs_fp32 240 env GPT2_TEST_HELLASWAG_CHOICES="$W/hs_fp32.txt" "$BIN/train_gpt2cu_fp32" -e "$M" $HSR
+    run hellaswag hs_bf16 240 env GPT2_TEST_HELLASWAG_CHOICES="$W/hs_bf16.txt" "$BIN/train_gpt2cu" -e "$M" $HSR
+    run hellaswag hs_bf16_2 240 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$BIN/train_gpt2cu" \
+        --comm mpi -e "$M" $HSR
+    # same: how many of the 2000 answers two files share
+    same() { paste -d' ' "$W/$1.txt" "$W/$2.txt" | awk '$1 == $2' | wc -l; }
+    acc() { grep -o 'hellaswag accuracy [0-9.]* ([0-9]*/[0-9]*' "$W/$1.log" | tail -1 | awk '{print $3, $4}'; }
+    ref=$(grep -o 'correct [0-9]* of [0-9]*' "$W/hs_ref.log")
+    s32=$([ -s "$W/hs_fp32.txt" ] && same hs_fp32 hs_ref || echo 0)
+    [ "$s32" -ge 1980 ]
+    verdict $? "fp32 build: $s32 of 2000 answers equal PyTorch's ($(acc hs_fp32); PyTorch: $ref)" \
+        "fp32 build: $s32 of 2000 answers equal PyTorch's, expected >= 1980 $(failed hs_train hs_ref hs_fp32)"
+    s16=$([ -s "$W/hs_bf16.txt" ] && same hs_bf16 hs_ref || echo 0)
+    [ "$s16" -ge 1800 ]
+    verdict $? "bf16 build: $s16 of 2000 answers equal PyTorch's ($(acc hs_bf16))" \
+        "bf16 build: $s16 of 2000 answers equal PyTorch's, expected >= 1800 $(failed hs_bf16)"
+    one=$(acc hs_bf16 | awk '{print $2}' | tr -d '(' | cut -d/ -f1)
+    two=$(acc hs_bf16_2 | awk '{print $2}' | tr -d '(' | cut -d/ -f1)
+    [ -n "$one" ] && [ -n "$two" ] && [ $((one > two ? one - two : two - one)) -le 10 ]
+    verdict $? "2 ranks (--comm mpi): $two right against 1 rank's $one" \
+        "2 ranks: '$two' right against 1 rank's '$one' $(failed hs_bf16_2)"
+else
+    note "     HellaSwag skipped: no $HS (scripts/gpu_bundle.sh) or no PyTorch"
 fi
 
 finish

@@ -6,7 +6,8 @@ Each input is a run directory (its metrics.jsonl is read), a metrics.jsonl writt
 (`python3 dev/train_gpt2_torch.py ... > torch.log`). Every run gets one colour: its train
 loss raw (thin, faint) and smoothed (an exponential moving average over about N steps),
 and its validation losses as markers, against steps and against tokens (two panels), or
-against one of them with --x.
+against one of them with --x. HellaSwag scores (-h 1), where a run has them, get a panel
+of their own against steps.
 
 A resumed run's file holds one header per part; a step logged again after a resume
 replaces the earlier record of that step, and what the earlier part logged after the
@@ -87,7 +88,7 @@ def short(text, n=60):
 
 class Run:
     """one input's curves: train loss by step (None where it was null), tokens by step,
-    validation loss by step"""
+    validation loss and HellaSwag accuracy by step"""
 
     def __init__(self, path, kind):
         self.path = path
@@ -95,6 +96,7 @@ class Run:
         self.loss = {}
         self.tokens = {}
         self.val = {}
+        self.hellaswag = {}
         self.total_batch = None  # tokens per step, to place evaluations that have no step record
         self.label = None
 
@@ -167,7 +169,7 @@ def load_metrics(path, text):
             resumed = rec.get("resumed_from")
             if is_int(resumed):
                 # what a crashed part logged after its checkpoint is not part of the run
-                for table in (run.loss, run.tokens, run.val):
+                for table in (run.loss, run.tokens, run.val, run.hellaswag):
                     for s in [s for s in table if s > resumed]:
                         del table[s]
             elif run.loss or run.val:
@@ -178,6 +180,7 @@ def load_metrics(path, text):
                 run.loss.clear()
                 run.tokens.clear()
                 run.val.clear()
+                run.hellaswag.clear()
         elif kind == "step" and is_int(step):
             run.loss[step] = finite_or_none(rec.get("loss"))
             tokens = rec.get("tokens")
@@ -187,6 +190,8 @@ def load_metrics(path, text):
                 run.tokens.pop(step, None)
         elif kind == "val" and is_int(step):
             run.val[step] = finite_or_none(rec.get("val_loss"))
+        elif kind == "hellaswag" and is_int(step):
+            run.hellaswag[step] = finite_or_none(rec.get("accuracy"))
     if not run.loss:
         raise InputError(f"{path}: no step records (a run that has not finished a step yet?)")
     return run
@@ -325,9 +330,9 @@ def validate(path):
         records = parse_jsonl_lines(path, text, strict=True)
     except InputError as e:
         return [str(e)], ""
-    headers = n_steps = n_vals = 0
+    headers = n_steps = n_vals = n_hellaswag = 0
     kept_max = None      # the largest step of any record before the current part
-    last_step = last_val = None  # within the current part
+    last_step = last_val = last_hs = None  # within the current part
     header_model = None
     for n, rec in records:
         where = f"{path}:{n}"
@@ -338,7 +343,7 @@ def validate(path):
             headers += 1
             check_header(rec, where, errors)
             resumed = rec.get("resumed_from")
-            seen = [s for s in (last_step, last_val, kept_max) if s is not None]
+            seen = [s for s in (last_step, last_val, last_hs, kept_max) if s is not None]
             if headers > 1:
                 if not is_int(resumed):
                     errors.append(f"{where}: a second header that is not a resume (\"resumed_from\": null); "
@@ -351,9 +356,9 @@ def validate(path):
             if headers == 1 or header_model is None:
                 header_model = rec.get("model")
             kept_max = max(seen) if seen else None
-            last_step = last_val = None
+            last_step = last_val = last_hs = None
             continue
-        if kind not in ("step", "val"):
+        if kind not in ("step", "val", "hellaswag"):
             errors.append(f"{where}: unknown \"type\" {json.dumps(kind)}")
             continue
         step = rec.get("step")
@@ -379,7 +384,7 @@ def validate(path):
             elif last_step is None and kept_max is not None and step <= kept_max:
                 errors.append(f"{where}: step {step} logged again (the file kept up to step {kept_max})")
             last_step = step
-        else:
+        elif kind == "val":
             n_vals += 1
             check_fields(rec, (), ("val_loss",), where, errors)
             if last_val is not None and step <= last_val:
@@ -387,7 +392,19 @@ def validate(path):
             elif last_step is not None and step < last_step:
                 errors.append(f"{where}: evaluation of step {step} after step {last_step}")
             last_val = step
-    summary = f"{headers} header(s), {n_steps} step record(s), {n_vals} evaluation(s)"
+        else:
+            n_hellaswag += 1
+            check_fields(rec, ("correct", "examples"), ("accuracy",), where, errors)
+            c, n_ex = rec.get("correct"), rec.get("examples")
+            if is_int(c) and is_int(n_ex) and not 0 <= c <= n_ex:
+                errors.append(f"{where}: \"correct\" {c} is not within 0..{n_ex} examples")
+            if last_hs is not None and step <= last_hs:
+                errors.append(f"{where}: HellaSwag of step {step} after the HellaSwag of step {last_hs}")
+            elif last_step is not None and step < last_step:
+                errors.append(f"{where}: HellaSwag of step {step} after step {last_step}")
+            last_hs = step
+    summary = (f"{headers} header(s), {n_steps} step record(s), {n_vals} evaluation(s)"
+               + (f", {n_hellaswag} HellaSwag score(s)" if n_hellaswag else ""))
     return errors, summary
 
 
@@ -447,7 +464,20 @@ def plot(runs, out, axes_wanted, window, title):
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     if len(runs) > len(colours):
         colours = [plt.get_cmap("tab20")(i % 20) for i in range(len(runs))]
-    fig, axes = plt.subplots(1, len(axes_wanted), figsize=(6.4 * len(axes_wanted), 4.6), squeeze=False)
+    with_hs = any(v is not None for run in runs for v in run.hellaswag.values())
+    panels = len(axes_wanted) + with_hs
+    fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), squeeze=False)
+    if with_hs:  # HellaSwag accuracy against steps, beside the loss panels
+        ax = axes[0][-1]
+        for k, run in enumerate(runs):
+            pts = sorted((s, v) for s, v in run.hellaswag.items() if v is not None)
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], "o-", color=colours[k % len(colours)], ms=4)
+        ax.axhline(0.25, color="grey", lw=0.8, ls="--", label="chance (0.25)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("HellaSwag accuracy")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
     for ax, axis in zip(axes[0], axes_wanted):
         for k, run in enumerate(runs):
             c = colours[k % len(colours)]
@@ -475,7 +505,7 @@ def plot(runs, out, axes_wanted, window, title):
         handles.append(Line2D([], [], color="grey", lw=1.2, label="train loss"))
     if any(v is not None for run in runs for v in run.val.values()):
         handles.append(Line2D([], [], color="grey", marker="o", ls="", mec="black", label="val loss"))
-    axes[0][-1].legend(handles=handles, loc="upper right", fontsize="small")
+    axes[0][len(axes_wanted) - 1].legend(handles=handles, loc="upper right", fontsize="small")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -14,5 +14,5 @@ else
     threads=${OMP_NUM_THREADS:-$(nproc)}
     echo "no GPU: training a small GPT-2 (4 layers, 256 channels) on the CPU with $threads threads"
     OMP_NUM_THREADS=$threads ./train_gpt2 -e l4h4c256t64 -b 8 -t 64 -x 240 -l 2e-3 -u 20 -q 0.1 \
-        -c 0.1 -v 60 -m 8 -s 0 -g 48 --prompt "ROMEO:" -o log/quickstart_cpu
+        -c 0.1 -v 60 -m 8 -s 240 -g 48 --prompt "ROMEO:" -o log/quickstart_cpu
 fi

@@ -1,15 +1,19 @@
 // fuzz_readers.c: a mutation fuzzer over every reader of an input file: model checkpoints
 // (fp32 and bf16), training states (and the data loader position they carry), token
-// shards, the tokenizer's vocab.bpe and encoder.json, and prepro's JSONL input. Seeds are
-// small valid files made here (the tokenizer's are the real ones from data/gpt2); each
-// mutant is read in a forked child. A reader may accept a mutant (exit 0) or refuse it
-// through fatal() (exit 1); anything else (a signal, a sanitizer report, a hang, another
-// exit status) is a crash: the input is saved as build/fuzz_crashes/<kind>_<n>.bin and
-// the program exits 1. Built with ASan and UBSan: make build/san/fuzz_readers
+// shards, the tokenizer's vocab.bpe and encoder.json, prepro's JSONL input, transformers'
+// model.safetensors and the HellaSwag eval file (common/hellaswag.h). Seeds are small
+// valid files made here (the tokenizer's are the real ones from data/gpt2); each mutant is
+// read in a forked child. A reader may accept a mutant (exit 0) or refuse it through
+// fatal() (exit 1); anything else (a signal, a sanitizer report, a hang, another exit
+// status) is a crash: the input is saved as build/fuzz_crashes/<kind>_<n>.bin and the
+// program exits 1. Built with ASan and UBSan: make build/san/fuzz_readers
 //
 //   build/san/fuzz_readers                        every kind, FUZZ_SECONDS (60) each
 //   build/san/fuzz_readers --replay KIND FILE [SEED]   one saved input, its report shown
 //
+// Kinds: model, state, shard, tokenizer, jsonl, safetensors, hellaswag. SEED is the seed
+// file the input came from (the crash report names it); for hellaswag it picks the
+// vocabulary the file is read with.
 // Environment: FUZZ_SECONDS, FUZZ_SEED (default from the clock; printed, and the same
 // seed gives the same mutants), FUZZ_KINDS (e.g. "shard,jsonl"), FUZZ_JOBS (children at
 // a time; default: the cores, at most 8), FUZZ_TIMEOUT (seconds before a child counts as
@@ -18,6 +22,7 @@
 #include "../../common/checkpoint.h"
 #include "../../common/crc32c.h"
 #include "../../common/dataloader.h"
+#include "../../common/hellaswag.h"
 #include "../../common/rng.h"
 #include "../../common/safetensors.h"
 #include "../../common/tokenizer.h"
@@ -53,8 +58,9 @@ __attribute__((used)) const char *__ubsan_default_options(void) {
 #define FZ_MAX_RESIZE ((size_t)16 << 20)  // a header-consistent resize stays below this
 #define FZ_MAX_MSGS 512
 
-enum { K_MODEL, K_STATE, K_SHARD, K_TOKENIZER, K_JSONL, K_SAFETENSORS, NKINDS };
-static const char *const KIND_NAMES[NKINDS] = {"model", "state", "shard", "tokenizer", "jsonl", "safetensors"};
+enum { K_MODEL, K_STATE, K_SHARD, K_TOKENIZER, K_JSONL, K_SAFETENSORS, K_HELLASWAG, NKINDS };
+static const char *const KIND_NAMES[NKINDS] = {"model", "state", "shard", "tokenizer", "jsonl", "safetensors",
+                                               "hellaswag"};
 
 typedef struct {
     uint8_t *p;
@@ -98,6 +104,21 @@ static const char *const JSONL_SEEDS[] = {
     "{\"x\": [[[[]]]], \"text\": \"nested \\b\\f escapes\"}\r\n",
 };
 #define NJSONL_SEEDS ((int)(sizeof JSONL_SEEDS / sizeof JSONL_SEEDS[0]))
+
+// HellaSwag seeds: examples of random tokens, each part 1..max tokens long, read with the
+// vocabulary given (the trainers pass the model's; a small one makes the id check bite).
+typedef struct {
+    int examples, max_ctx, max_comp, vocab;
+} HellaSwagSeed;
+static const HellaSwagSeed HS_SEEDS[] = {
+    {6, 24, 12, GPT2_VOCAB_SIZE},
+    {12, 3, 2, GPT2_VOCAB_SIZE},    // many one-token parts
+    {3, 200, 60, GPT2_VOCAB_SIZE},  // longer than the child's shortest rows: cut to their last T+1 tokens
+    {5, 16, 8, 300},
+};
+#define NHS_SEEDS ((int)(sizeof HS_SEEDS / sizeof HS_SEEDS[0]))
+#define HS_BODY (HELLASWAG_HEADER_INTS * 4)  // the byte at which the first example starts
+#define HS_MAX_EXAMPLES 256                 // a mutation walks at most this many
 
 static char g_root[256];        // the temporary directory of this run
 static char g_fixture[512];    // intact files the children read beside the mutant
@@ -192,6 +213,19 @@ static void hset64(Buf *b, int slot, int64_t v) {
     if ((size_t)(slot + 2) * 4 <= b->n) memcpy(b->p + 4 * slot, &v, 8);
 }
 
+// The uint16 at byte offset at (HellaSwag's body); 0 past the end.
+static uint16_t u16_get(const Buf *b, size_t at) {
+    uint16_t v = 0;
+    if (at + 2 <= b->n) memcpy(&v, b->p + at, 2);
+    return v;
+}
+
+static void u16_set(Buf *b, size_t at, uint16_t v) {
+    if (at + 2 <= b->n) memcpy(b->p + at, &v, 2);
+}
+
+static void u16_append(Buf *b, uint16_t v) { buf_insert(b, b->n, &v, 2); }
+
 // ---------------------------------------------------------------------------------------
 // seeds and fixtures
 
@@ -210,6 +244,33 @@ static void write_shard(const char *path, int version, int ntok, int vocab, uint
     }
     write_file(path, b.p, b.n);
     free(b.p);
+}
+
+// A valid eval file as dev/data/hellaswag.py writes one: the header's longest is exact.
+static void make_hellaswag_seed(Buf *b, const HellaSwagSeed *s, uint64_t *r) {
+    buf_resize_cyclic(b, HS_BODY, 0);
+    memset(b->p, 0, b->n);
+    hset(b, 0, HELLASWAG_MAGIC);
+    hset(b, 1, HELLASWAG_VERSION);
+    hset(b, 2, s->examples);
+    int longest = 0;
+    for (int i = 0; i < s->examples; i++) {
+        size_t at = b->n;
+        u16_append(b, HELLASWAG_DELIMITER);
+        u16_append(b, 0);  // the size, once known
+        u16_append(b, (uint16_t)i);
+        u16_append(b, (uint16_t)(rng_next_u64(r) % HELLASWAG_COMPLETIONS));
+        u16_append(b, HELLASWAG_COMPLETIONS);
+        for (int c = -1; c < HELLASWAG_COMPLETIONS; c++) {
+            int n = 1 + (int)(rng_next_u64(r) % (uint64_t)(c < 0 ? s->max_ctx : s->max_comp));
+            u16_append(b, (uint16_t)n);
+            for (int k = 0; k < n; k++) u16_append(b, (uint16_t)(rng_next_u64(r) % (uint64_t)s->vocab));
+        }
+        int bytes = (int)(b->n - at);
+        u16_set(b, at + 2, (uint16_t)bytes);
+        if (bytes > longest) longest = bytes;
+    }
+    hset(b, 3, longest);
 }
 
 static void fixture_path(char *out, size_t cap, const char *name) {
@@ -308,6 +369,9 @@ static void make_fixtures(void) {
 
     for (int s = 0; s < NJSONL_SEEDS; s++) buf_set(&g_seeds[K_JSONL][s], JSONL_SEEDS[s], strlen(JSONL_SEEDS[s]));
     g_nseeds[K_JSONL] = NJSONL_SEEDS;
+
+    for (int s = 0; s < NHS_SEEDS; s++) make_hellaswag_seed(&g_seeds[K_HELLASWAG][s], &HS_SEEDS[s], &r);
+    g_nseeds[K_HELLASWAG] = NHS_SEEDS;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -320,6 +384,7 @@ static const int MODEL_SLOTS[] = {0, 1, 2, 3, 4, 5, 6, 7, FZ_CRC_TAG_SLOT, FZ_CR
 static const int STATE_SLOTS[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 16,
                                   32, 33, 34, 36, 38, 40, 42, 44, 45, 46, 47, 48, 49, FZ_CRC_TAG_SLOT, FZ_CRC_SLOT};
 static const int SHARD_SLOTS[] = {0, 1, 2};
+static const int HELLASWAG_SLOTS[] = {0, 1, 2, 3};
 
 static int32_t interesting_int(uint64_t *r, int32_t old) {
     static const int32_t fixed[] = {0, -1, 1, 2, 3, 4, 7, 8, 15, 16, 17, 255, 256, 1023, 1024, 65535, 65536,
@@ -352,7 +417,147 @@ static size_t implied_size(int kind, const Buf *b) {
         size_t tb = hget(b, 1) == 2 ? 4 : 2;
         return n <= 65536 ? 1024 + n * tb : 0;
     }
-    return 0;
+    return 0;  // HellaSwag's examples vary in size: mutate_hellaswag keeps the body in step itself
+}
+
+// The header's int32 a plus d, wrapping as the file would (a mutated header may be at INT_MAX).
+static int32_t add32(int32_t a, int32_t d) { return (int32_t)((uint32_t)a + (uint32_t)d); }
+
+// The byte offsets of the examples that a walk along their size fields finds (at most
+// cap), from the first on; it stops at one that does not start and end inside the file.
+static int hs_examples(const Buf *b, size_t *at, int cap) {
+    int n = 0;
+    for (size_t p = HS_BODY; n < cap && p + 2 * HELLASWAG_EXAMPLE_FIELDS <= b->n;) {
+        size_t bytes = u16_get(b, p + 2);
+        if (u16_get(b, p) != HELLASWAG_DELIMITER || bytes < 2 * HELLASWAG_EXAMPLE_FIELDS || bytes % 2 ||
+            p + bytes > b->n)
+            break;
+        at[n++] = p;
+        p += bytes;
+    }
+    return n;
+}
+
+// The byte offsets of the length fields of an example's context and completions, those
+// that lie inside the example (fewer once a length is mutated); returns their count.
+static int hs_parts(const Buf *b, size_t at, size_t *len_at) {
+    size_t end = at + u16_get(b, at + 2), p = at + 2 * (HELLASWAG_EXAMPLE_FIELDS - 1);
+    int n = 0;
+    while (n < 1 + HELLASWAG_COMPLETIONS && p + 2 <= end) {
+        len_at[n++] = p;
+        p += 2 + 2 * (size_t)u16_get(b, p);
+    }
+    return n;
+}
+
+// One field the reader checks set to a value at the edge of its check, or whole examples
+// and parts edited with the fields that describe them kept in step (mostly), so that the
+// mutant gets past the checks before the one it aims at.
+static void mutate_hellaswag(Buf *b, uint64_t *r, int seed) {
+    size_t ex[HS_MAX_EXAMPLES], len_at[1 + HELLASWAG_COMPLETIONS];
+    int n = hs_examples(b, ex, HS_MAX_EXAMPLES), vocab = HS_SEEDS[seed].vocab;
+    int32_t count = hget(b, 2), longest = hget(b, 3);
+    size_t i = below(r, (size_t)n), at = n ? ex[i] : HS_BODY, bytes = u16_get(b, at + 2);
+    size_t end = n ? ex[n - 1] + u16_get(b, ex[n - 1] + 2) : HS_BODY;  // of the last example found
+    int np = n ? hs_parts(b, at, len_at) : 0;
+    size_t la = np ? len_at[below(r, (size_t)np)] : 0;  // a part's length field
+    int len = u16_get(b, la);
+    switch (n ? below(r, 12) : below(r, 2)) {  // without an example found, only the header
+    case 0: {  // the number of examples
+        int32_t v[] = {0, -1, 1, n - 1, n + 1, 2 * n, add32(count, -1), add32(count, 1), 65536, INT_MAX, INT_MIN,
+                       (int32_t)below(r, 4096)};
+        hset(b, 2, v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 1: {  // the longest example's size, which bounds every example's
+        int32_t v[] = {0, 2 * HELLASWAG_EXAMPLE_FIELDS - 1, 2 * HELLASWAG_EXAMPLE_FIELDS, add32(longest, -2),
+                       add32(longest, -1), add32(longest, 1), 65534, 65535, 65536, 2 * 65535, 2 * 65535 + 1, INT_MAX,
+                       -1};
+        hset(b, 3, v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 2: {  // an example's size
+        int v[] = {0, 1, 2, 2 * HELLASWAG_EXAMPLE_FIELDS - 1, 2 * HELLASWAG_EXAMPLE_FIELDS, (int)bytes - 2,
+                   (int)bytes - 1, (int)bytes + 1, (int)bytes + 2, 65534, 65535, longest, add32(longest, 2)};
+        u16_set(b, at + 2, (uint16_t)v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 3: {  // its label
+        static const uint16_t v[] = {0, 1, 2, 3, 4, 5, 255, 256, 65535};
+        u16_set(b, at + 6, v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 4: {  // its number of completions
+        static const uint16_t v[] = {0, 1, 3, 5, 255, 65535};
+        u16_set(b, at + 8, v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 5: {  // a part's length alone
+        int v[] = {0, 1, len - 1, len + 1, len + 2, (int)bytes / 2, (int)bytes / 2 - 5, 32767, 65535};
+        if (np) u16_set(b, la, (uint16_t)v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 6: {  // a part resized with its tokens, the example's size and mostly the header's longest
+        if (!np || la + 2 + 2 * (size_t)len > at + bytes) break;  // a length already past its example
+        // the example is at most 32767 words while its size in bytes fits the 16-bit field
+        int room = 32767 - (int)bytes / 2 + len;
+        int v[] = {0, 1, len - 1, len + 1, 2 * len, len + 1 + (int)below(r, 64), room - 1, room, room + 1};
+        int m = v[below(r, sizeof v / sizeof v[0])];
+        if (m < 0) m = 0;
+        if (m > len) {
+            uint16_t *t = (uint16_t *)xmalloc((size_t)(m - len) * 2);
+            for (int k = 0; k < m - len; k++) t[k] = (uint16_t)below(r, (size_t)vocab);
+            buf_insert(b, la + 2 + 2 * (size_t)len, t, (size_t)(m - len) * 2);
+            free(t);
+        } else {
+            buf_erase(b, la + 2 + 2 * (size_t)m, (size_t)(len - m) * 2);
+        }
+        u16_set(b, la, (uint16_t)m);
+        int64_t nb = (int64_t)bytes + 2 * (int64_t)(m - len);
+        u16_set(b, at + 2, (uint16_t)nb);  // wraps past 65535, as a writer without the check would write it
+        if (below(r, 4) && nb > longest) hset(b, 3, (int32_t)nb);
+        break;
+    }
+    case 7: {  // a token at the edges of the vocabulary, or the delimiter
+        int v[] = {HELLASWAG_DELIMITER, 65534, vocab - 1, vocab, vocab + 1, GPT2_VOCAB_SIZE - 1, GPT2_VOCAB_SIZE, 0};
+        if (np && len) u16_set(b, la + 2 + 2 * below(r, (size_t)len), (uint16_t)v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    case 8: {  // a cut at (or next to) an example's boundary, the header's count mostly cut to match
+        static const int nudge[] = {0, 0, 0, 0, -2, -1, 1, 2, 2 * HELLASWAG_EXAMPLE_FIELDS};
+        size_t k = below(r, (size_t)n + 1), cut = (k < (size_t)n ? ex[k] : end) + nudge[below(r, 9)];
+        if (cut < b->n) b->n = cut;
+        if (below(r, 4)) hset(b, 2, (int32_t)k);
+        break;
+    }
+    case 9:  // bytes appended: a copy of an example (the count mostly follows), a lone delimiter, words, a byte
+        switch (below(r, 4)) {
+        case 0:
+            buf_insert(b, b->n, b->p + at, bytes);
+            if (below(r, 4)) hset(b, 2, add32(count, 1));
+            break;
+        case 1: u16_append(b, HELLASWAG_DELIMITER); break;
+        case 2:
+            for (int k = 1 + (int)below(r, 16); k > 0; k--) u16_append(b, (uint16_t)rng_next_u64(r));
+            break;
+        default: buf_insert(b, b->n, "", 1); break;
+        }
+        break;
+    case 10:  // an example removed, or a copy of it put after it; the count mostly follows
+        if (below(r, 2)) {
+            buf_erase(b, at, bytes);
+            if (below(r, 4)) hset(b, 2, add32(count, -1));
+        } else {
+            buf_insert(b, at + bytes, b->p + at, bytes);
+            if (below(r, 4)) hset(b, 2, add32(count, 1));
+        }
+        break;
+    default: {  // its delimiter
+        static const uint16_t v[] = {0, 1, 65534, 0x7fff, 0xff00};
+        u16_set(b, at, v[below(r, sizeof v / sizeof v[0])]);
+        break;
+    }
+    }
 }
 
 // A header edit that keeps the file length consistent with it, so that the readers'
@@ -386,6 +591,8 @@ static void mutate_structured(int kind, Buf *b, uint64_t *r, int seed) {
                             0xFFFFFFFFll, 0x80000000ll};
         if (below(r, 4) == 0) hset(b, 1, hget(b, 1) == 1 ? 2 : 1);
         hset(b, 2, (int32_t)(uint32_t)counts[below(r, sizeof counts / sizeof counts[0])]);
+    } else if (kind == K_HELLASWAG) {
+        mutate_hellaswag(b, r, seed);
     }
     size_t n = implied_size(kind, b);
     if (n) buf_resize_cyclic(b, n, 1024);
@@ -461,9 +668,10 @@ static void mutate_lines(Buf *b, uint64_t *r) {
     }
 }
 
-// A position, in the 1024-byte header half of the time for the binary formats.
-static size_t pick_pos(const Buf *b, uint64_t *r, int binary) {
-    if (binary && b->n > 1024 && below(r, 2)) return below(r, 1024);
+// A position, half of the time in the first `hot` bytes (the header of a binary format,
+// the part of it that is read; 0 for text).
+static size_t pick_pos(const Buf *b, uint64_t *r, size_t hot) {
+    if (hot && b->n > hot && below(r, 2)) return below(r, hot);
     return below(r, b->n);
 }
 
@@ -474,22 +682,29 @@ static void mutate_once(int kind, Buf *b, uint64_t *r, int seed) {
                                      M_DUP, M_DEL, M_NAN, M_STRUCT, M_STRUCT, M_STRUCT, M_IDS};
     static const int text_ops[] = {M_FLIP, M_BYTES, M_TRUNC, M_EXTEND, M_DUP, M_DEL, M_DICT, M_DICT, M_DICT,
                                    M_LINES, M_LINES};
-    int binary = kind == K_MODEL || kind == K_STATE || kind == K_SHARD;
-    int op = binary ? binary_ops[below(r, sizeof binary_ops / sizeof binary_ops[0] - (kind != K_SHARD))]
+    // HellaSwag's structure sits in its body's fields, which byte edits rarely keep in step
+    static const int hellaswag_ops[] = {M_FLIP, M_BYTES, M_HEADER, M_TRUNC, M_EXTEND, M_DUP, M_DEL, M_NAN,
+                                        M_STRUCT, M_STRUCT, M_STRUCT, M_STRUCT, M_STRUCT, M_STRUCT, M_STRUCT};
+    int binary = kind == K_MODEL || kind == K_STATE || kind == K_SHARD || kind == K_HELLASWAG;
+    size_t hot = kind == K_HELLASWAG ? 16 : binary ? 1024 : 0;  // HellaSwag reads 4 of its 256 slots
+    int op = kind == K_HELLASWAG ? hellaswag_ops[below(r, sizeof hellaswag_ops / sizeof hellaswag_ops[0])]
+           : binary ? binary_ops[below(r, sizeof binary_ops / sizeof binary_ops[0] - (kind != K_SHARD))]
                     : text_ops[below(r, sizeof text_ops / sizeof text_ops[0])];
     switch (op) {
     case M_FLIP:
         for (int k = 1 + (int)below(r, 8); b->n && k > 0; k--)
-            b->p[pick_pos(b, r, binary)] ^= (uint8_t)(1u << below(r, 8));
+            b->p[pick_pos(b, r, hot)] ^= (uint8_t)(1u << below(r, 8));
         break;
     case M_BYTES:
         for (int k = 1 + (int)below(r, 16); b->n && k > 0; k--)
-            b->p[pick_pos(b, r, binary)] = (uint8_t)rng_next_u64(r);
+            b->p[pick_pos(b, r, hot)] = (uint8_t)rng_next_u64(r);
         break;
     case M_HEADER: {
-        const int *slots = kind == K_MODEL ? MODEL_SLOTS : kind == K_STATE ? STATE_SLOTS : SHARD_SLOTS;
+        const int *slots = kind == K_MODEL ? MODEL_SLOTS : kind == K_STATE ? STATE_SLOTS
+                         : kind == K_SHARD ? SHARD_SLOTS : HELLASWAG_SLOTS;
         size_t ns = kind == K_MODEL ? sizeof MODEL_SLOTS / sizeof(int)
-                  : kind == K_STATE ? sizeof STATE_SLOTS / sizeof(int) : sizeof SHARD_SLOTS / sizeof(int);
+                  : kind == K_STATE ? sizeof STATE_SLOTS / sizeof(int)
+                  : kind == K_SHARD ? sizeof SHARD_SLOTS / sizeof(int) : sizeof HELLASWAG_SLOTS / sizeof(int);
         int slot = below(r, 4) ? slots[below(r, ns)] : (int)below(r, 256);
         hset(b, slot, interesting_int(r, hget(b, slot)));
         break;
@@ -525,9 +740,9 @@ static void mutate_once(int kind, Buf *b, uint64_t *r, int seed) {
     }
     case M_NAN: {
         // every body value NaN (fp32 and bf16 alike), or infinite, or -1 (a negative
-        // second moment), or token ids far past the vocabulary
+        // second moment), or token ids far past the vocabulary (HellaSwag: delimiters)
         static const uint32_t fills[] = {0x7fc07fc0u, 0x7f807f80u, 0xff80ff80u, 0xbf800000u, 0xffffffffu};
-        uint32_t fill = kind == K_SHARD ? 0xffffffffu : fills[below(r, 4)];
+        uint32_t fill = kind == K_SHARD || kind == K_HELLASWAG ? 0xffffffffu : fills[below(r, 4)];
         for (size_t i = 1024; i + 4 <= b->n; i += 4) memcpy(b->p + i, &fill, 4);
         break;
     }
@@ -589,6 +804,7 @@ static void prepare_slot(int kind, const char *slot, const Buf *m, int seed) {
         if (symlink(target, path) != 0) fatal("symlink %s: %s", path, strerror(errno));
         slot_path(path, sizeof path, slot, "model.safetensors");
         break;
+    case K_HELLASWAG: slot_path(path, sizeof path, slot, "hellaswag_val.bin"); break;
     default: slot_path(path, sizeof path, slot, "input.jsonl"); break;
     }
     write_file(path, m->p, m->n);
@@ -724,6 +940,74 @@ static void child_safetensors(const char *slot) {
     free(gpt2_params_from_hf_dir(slot, &cfg));
 }
 
+// The trainer's forward pass stood in for: every input and target indexes a
+// vocabulary-sized table, as its embedding lookup and loss do.
+typedef struct {
+    int B, T, vocab;
+    int *seen;
+} FakeModel;
+
+static void fake_position_losses(void *model, const int *inputs, const int *targets, float *losses) {
+    FakeModel *m = (FakeModel *)model;
+    for (int i = 0; i < m->B * m->T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= m->vocab || targets[i] < 0 || targets[i] >= m->vocab) {
+            fprintf(stderr, "a row holds an id outside the vocabulary: %d -> %d\n", inputs[i], targets[i]);
+            abort();
+        }
+        m->seen[inputs[i]]++;
+        m->seen[targets[i]]++;
+        losses[i] = (float)((inputs[i] * 31 + targets[i]) % 97) * 0.1f;
+    }
+}
+
+// What the reader promises of an accepted file, then the examples scored as the trainer
+// scores them: over two ranks, in batches of 3 rows (so an example spans two), with
+// rows short enough to be cut, and rows that just fit the longest example.
+static void child_hellaswag(const char *slot, int seed) {
+    const int vocab = HS_SEEDS[seed].vocab;
+    char path[1024];
+    slot_path(path, sizeof path, slot, "hellaswag_val.bin");
+    HellaSwag h;
+    hellaswag_load(&h, path, vocab);
+    int longest = 0;
+    for (int i = 0; i < h.n; i++) {  // every token read, so that a part past the body shows
+        const HellaSwagExample *e = &h.ex[i];
+        int ok = e->label >= 0 && e->label < HELLASWAG_COMPLETIONS && e->ctx_len >= 1;
+        for (int k = 0; k < e->ctx_len; k++) ok &= e->ctx[k] < vocab;
+        for (int c = 0; c < HELLASWAG_COMPLETIONS; c++) {
+            ok &= e->comp_len[c] >= 1;
+            for (int k = 0; k < e->comp_len[c]; k++) ok &= e->comp[c][k] < vocab;
+            if (e->ctx_len + e->comp_len[c] > longest) longest = e->ctx_len + e->comp_len[c];
+        }
+        if (!ok) { fprintf(stderr, "reader accepted a bad example %d\n", i); abort(); }
+    }
+    if (h.n < 1 || longest != h.longest) { fprintf(stderr, "reader accepted a bad count or longest\n"); abort(); }
+    const int B = 3, Ts[] = {4, h.longest - 1, h.longest};
+    int *choices = (int *)xmalloc((size_t)h.n * sizeof(int));
+    FakeModel m = {B, 0, vocab, (int *)xcalloc((size_t)vocab, sizeof(int))};
+    for (int t = 0; t < 3; t++) {
+        m.T = Ts[t];
+        int *in = (int *)xmalloc((size_t)B * m.T * sizeof(int)), *tg = (int *)xmalloc((size_t)B * m.T * sizeof(int));
+        for (int i = 0; i < h.n; i++) choices[i] = -1;
+        long correct = 0;
+        for (int rank = 0; rank < 2; rank++) {
+            HellaSwagScore s = hellaswag_evaluate(&h, B, m.T, rank, 2, in, tg, fake_position_losses, &m, choices);
+            if (s.examples != h.n) { fprintf(stderr, "scored %ld examples of %d\n", s.examples, h.n); abort(); }
+            correct += s.correct;
+        }
+        for (int i = 0; i < h.n; i++)
+            if (choices[i] < 0 || choices[i] >= HELLASWAG_COMPLETIONS) {
+                fprintf(stderr, "example %d got no choice (%d)\n", i, choices[i]);
+                abort();
+            }
+        if (correct < 0 || correct > h.n) { fprintf(stderr, "%ld correct of %d\n", correct, h.n); abort(); }
+        free(in); free(tg);
+    }
+    free(m.seen);
+    free(choices);
+    hellaswag_free(&h);
+}
+
 static void run_child_case(int kind, const char *slot, int seed) {
     switch (kind) {
     case K_MODEL: child_model(slot); break;
@@ -731,6 +1015,7 @@ static void run_child_case(int kind, const char *slot, int seed) {
     case K_SHARD: child_shard(slot, seed); break;
     case K_TOKENIZER: child_tokenizer(slot); break;
     case K_SAFETENSORS: child_safetensors(slot); break;
+    case K_HELLASWAG: child_hellaswag(slot, seed); break;
     default: child_jsonl(slot); break;
     }
 }
@@ -935,7 +1220,7 @@ static void fuzz_kind(int kind, double seconds, uint64_t fuzz_seed, int njobs) {
 static int kind_by_name(const char *name) {
     for (int k = 0; k < NKINDS; k++)
         if (!strcmp(name, KIND_NAMES[k])) return k;
-    fatal("unknown kind '%s' (model, state, shard, tokenizer, jsonl, safetensors)", name);
+    fatal("unknown kind '%s' (model, state, shard, tokenizer, jsonl, safetensors, hellaswag)", name);
 }
 
 static void make_root(void) {
@@ -997,7 +1282,8 @@ int main(int argc, char **argv) {
     env = getenv("FUZZ_TIMEOUT");
     if (env && (!parse_long(env, &timeout) || timeout < 1)) fatal("FUZZ_TIMEOUT must be a positive number");
     g_timeout = (int)timeout;
-    int want[NKINDS] = {1, 1, 1, 1, 1, 1};
+    int want[NKINDS];
+    for (int k = 0; k < NKINDS; k++) want[k] = 1;
     env = getenv("FUZZ_KINDS");
     if (env && *env) {
         memset(want, 0, sizeof want);

@@ -109,6 +109,7 @@ run sgemm-sanitized ./build/san/test_sgemm
 run energy-reader env LD_LIBRARY_PATH=build/fake_nvml ./build/san/test_energy
 run loss-scaler ./build/san/test_loss_scaler
 run sampling ./build/san/test_sampling
+run hellaswag-unit ./build/san/test_hellaswag
 run export-hf-unit ./build/san/test_export_hf
 run fuzz-readers ./build/san/fuzz_readers
 # multi-process logic, 1 to 3 ranks on this machine's CPUs
@@ -145,6 +146,8 @@ run export-hf $PYTHON_TORCH dev/test/test_export_hf.py
 # the CPU trainer's command line: bad input, training, bit-exact resume
 run train-cli ./dev/test/test_train_cli.sh
 run kill-resume ./dev/test/test_kill_resume.sh
+# the HellaSwag evaluation (-h 1) end to end, against PyTorch's answers
+run hellaswag env PYTHON_TORCH=$PYTHON_TORCH ./dev/test/test_hellaswag.sh
 # the option lists in docs/command-line.md against the programs' --help
 run readme-flags ./dev/test/test_readme_flags.sh
 

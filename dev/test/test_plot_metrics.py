@@ -81,6 +81,11 @@ def val(n, loss):
     return {"type": "val", "step": n, "val_loss": loss}
 
 
+def hellaswag(n, correct, examples=400):
+    return {"type": "hellaswag", "step": n, "accuracy": correct / examples, "correct": correct,
+            "examples": examples}
+
+
 def curve(n, base=11.0):
     return round(base * 0.97 ** n + 3.0 + 0.05 * ((n * 7919) % 13) / 13, 6)
 
@@ -93,8 +98,8 @@ def write_jsonl(path, records, tail="\n"):
 
 
 def plain_run(d):
-    """60 steps with an evaluation every 20, one step with a non-finite loss and norm (null,
-    update skipped), a null MFU throughout and one null val loss"""
+    """60 steps with an evaluation (val loss and HellaSwag) every 20, one step with a
+    non-finite loss and norm (null, update skipped), a null MFU throughout and one null val loss"""
     recs = [header()]
     for n in range(1, 61):
         if n == 33:
@@ -103,6 +108,7 @@ def plain_run(d):
             recs.append(step(n, curve(n)))
         if n % 20 == 0:
             recs.append(val(n, curve(n) + 0.1 if n != 40 else None))
+            recs.append(hellaswag(n, 100 + n))
     return write_jsonl(os.path.join(d, "runA", "metrics.jsonl"), recs)
 
 
@@ -201,6 +207,10 @@ def check_validator(d, a, b, uncut, real):
         ("a resume with another model", good + [header(resumed_from=3, model=dict(header()["model"], layers=4))],
          "\n", "model differs"),
         ("an unknown record type", good + [{"type": "stepp", "step": 4}], "\n", "unknown \"type\""),
+        ("more HellaSwag answers right than examples", good + [hellaswag(3, 401)], "\n", "not within 0..400"),
+        ("a HellaSwag score without its count", good + [{k: v for k, v in hellaswag(3, 9).items() if k != "correct"}],
+         "\n", 'no "correct"'),
+        ("a HellaSwag score of an earlier step", good + [hellaswag(2, 9)], "\n", "HellaSwag of step 2 after step 3"),
         ("a last line without its newline", good, "", "no newline"),
         ("an empty line", good[:2] + [""] + good[2:], "\n", "empty line"),
     ]
@@ -230,15 +240,15 @@ def check_plots(d, a, b, tlog, real):
     rc, out, err = tool(os.path.dirname(a), b, tlog, "-o", out_png, "--title", "three runs")
     size = png_size(out_png)
     check("three runs (a directory, a resumed metrics.jsonl, a PyTorch log) plotted", rc == 0, out + err)
-    check("a whole PNG, two panels side by side (wide)", size is not None and 900 <= size[0] <= 3000
-          and 300 <= size[1] <= 1200 and size[0] > 2 * size[1], f"size {size}")
+    check("a whole PNG, two loss panels and the HellaSwag panel side by side (wide)", size is not None
+          and 900 <= size[0] <= 3000 and 300 <= size[1] <= 1200 and size[0] > 3 * size[1], f"size {size}")
     check("default labels: the directory names and the log's name",
           all(f"{lab}:" in out for lab in ("runA", "runB", "torch")), out)
     one_png = os.path.join(d, "one.png")
     rc, out, err = tool(a, b, "-o", one_png, "--x", "tokens", "--smooth", "5", "--labels", "plain,resumed")
     one = png_size(one_png)
-    check("--x tokens: one panel, narrower than two", rc == 0 and one is not None and size is not None
-          and one[0] < size[0] * 0.7 and one[1] >= 300, f"size {one}\n" + out + err)
+    check("--x tokens: one loss panel and the HellaSwag one, narrower than three", rc == 0 and one is not None
+          and size is not None and one[0] < size[0] * 0.8 and one[1] >= 300, f"size {one}\n" + out + err)
     check("--labels used", "plain:" in out and "resumed:" in out, out)
     raw_png = os.path.join(d, "raw.png")
     rc, out, err = tool(a, "-o", raw_png, "--x", "steps", "--smooth", "1")

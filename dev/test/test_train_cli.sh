@@ -5,7 +5,8 @@
 # trains (loss falls); a run resumed from a checkpoint repeats the uninterrupted run's
 # losses bit for bit; resume after a crash (-y 1 with nothing yet, a corrupt newest
 # checkpoint, a log written past the checkpoint, changed flags, a finished run); a run
-# whose every update is skipped stops; a failing sample never costs the final checkpoint.
+# whose every update is skipped stops; a failing sample never costs the final checkpoint;
+# -s 0 and -n 0 mean never (llm.c).
 set -u
 cd "$(dirname "$0")/../.."
 ./dev/data/tinyshakespeare.sh > /dev/null || { echo "data step failed"; exit 1; }
@@ -118,12 +119,12 @@ else
 fi
 
 # a short run: the loss must fall
-./train_gpt2 $SMALL -x 15 -l 3e-3 > $W/short.txt 2>&1 || bad "short run exited non-zero"
+./train_gpt2 $SMALL -x 15 -l 3e-3 -s 15 > $W/short.txt 2>&1 || bad "short run exited non-zero"
 first=$(grep -m1 '^step' $W/short.txt | awk -F'|' '{print $2}' | awk '{print $2}')
 last=$(grep '^step' $W/short.txt | tail -1 | awk -F'|' '{print $2}' | awk '{print $2}')
 if awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.5)}'; then ok "loss falls: $first -> $last"
 else bad "loss did not fall: $first -> $last"; fi
-grep -q '^sample: ' $W/short.txt && ok "prints a sample" || bad "no sample printed"
+grep -q '^sample: ' $W/short.txt && ok "-s 15 prints a sample" || bad "no sample printed"
 
 # resume: 10 steps straight vs 5 steps, checkpoint, resume to 10
 ARGS="$SMALL -x 10 -n 5 -l 1e-3 --shuffle 1 -d 64"
@@ -191,6 +192,18 @@ EOF2
 st=$?
 if [ $st -eq 0 ] && grep -q 'sampling: off' $W/sv.txt && [ -f $W/sv/model_00000003.bin ]; then ok "small vocabulary: sampling off, final checkpoint written"
 else bad "small vocabulary run (exit $st): $(tail -3 $W/sv.txt)"; fi
+
+# llm.c's meanings: -s 0 never samples and -n 0 writes no checkpoint, the last step included;
+# without -n, a run with -o writes the last step's checkpoint only
+./train_gpt2 $SMALL -x 3 -g 4 -s 0 -n 0 -o $W/never > $W/never.txt 2>&1
+st=$?
+if [ $st -eq 0 ] && ! grep -q '^sample' $W/never.txt && [ -z "$(ls $W/never/ | grep -E 'model_|state_')" ]; then
+    ok "-s 0 -n 0: no sample, no checkpoint"
+else bad "-s 0 -n 0 (exit $st): $(grep '^sample' $W/never.txt) $(ls $W/never/)"; fi
+./train_gpt2 $SMALL -x 3 -o $W/default_n > $W/default_n.txt 2>&1
+if [ "$(ls $W/default_n/ | grep -E '^(model|state)_' | tr '\n' ' ')" = "model_00000003.bin state_00000003.bin " ]; then
+    ok "no -n: the last step's checkpoint only"
+else bad "no -n: checkpoints $(ls $W/default_n/)"; fi
 
 # -v 0 never validates and -g 0 never samples, the last step included
 ./train_gpt2 $SMALL -x 4 -v 0 -g 0 > $W/quiet.txt 2>&1
