@@ -90,7 +90,7 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
     specs[n++] = arg_spec("-b", "--batch-size", ARG_INT, &o->B, "micro-batch size B");
     specs[n++] = arg_spec("-t", "--seq-len", ARG_INT, &o->T, "sequence length T");
     specs[n++] = arg_spec("-d", "--total-batch-size", ARG_INT, &o->total_batch,
-                          "tokens per step, a multiple of B*T (-1: B*T, no accumulation)");
+                          "tokens per step, a multiple of B*T*ranks (-1: B*T*ranks, no accumulation)");
     specs[n++] = arg_spec("-x", "--max-steps", ARG_INT, &o->max_steps, "optimizer steps (-1: one epoch)");
     specs[n++] = arg_spec("-l", "--learning-rate", ARG_FLOAT, &o->lr, "peak learning rate");
     specs[n++] = arg_spec("-u", "--warmup-steps", ARG_INT, &o->warmup, "linear warmup steps");
@@ -172,8 +172,8 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->T < 1) fatal("-t (sequence length) must be at least 1, got %d", o->T);
     if ((long)o->B * o->T > (1L << 30))
         fatal("-b times -t is too large (%ld tokens per micro-batch)", (long)o->B * o->T);
-    if (o->total_batch == -1) o->total_batch = o->B * o->T;
-    if (o->total_batch < 1 || o->total_batch % (o->B * o->T))
+    // -1 becomes B*T*ranks once the ranks are known (train_data_open)
+    if (o->total_batch != -1 && (o->total_batch < 1 || o->total_batch % (o->B * o->T)))
         fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", o->B * o->T,
               o->total_batch);
     if (o->max_steps != -1 && o->max_steps < 1)
@@ -268,8 +268,12 @@ typedef struct {
 } TrainData;
 
 // rank of world: each rank's loaders read its part of every global batch (B*T*world
-// tokens); o->total_batch must be a multiple of that.
-static inline void train_data_open(TrainData *d, const TrainOptions *o, int vocab_size, int rank, int world) {
+// tokens); o->total_batch must be a multiple of that, and -1 becomes that (llm.c's default).
+static inline void train_data_open(TrainData *d, TrainOptions *o, int vocab_size, int rank, int world) {
+    if (o->total_batch == -1) {
+        if ((long)o->B * o->T * world > INT32_MAX) fatal("-b * -t * ranks is too large for one step");
+        o->total_batch = o->B * o->T * world;
+    }
     if (o->total_batch % ((long)o->B * o->T * world))
         fatal("-d (total batch size) must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens, got %d", o->B, o->T,
               world, (long)o->B * o->T * world, o->total_batch);
