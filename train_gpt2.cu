@@ -27,7 +27,9 @@
 #include "common/train_common.h"
 #include "common/distributed.h"
 #include "common/energy.h"
+#include "common/memory_budget.h"
 #include <float.h>
+#include <stddef.h>
 #include <math.h>
 
 #include "kernels/common.cuh"
@@ -245,6 +247,125 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
     free(tmp);
 }
 
+// The gradient buffer's elements: the whole model's, or (ZeRO-2) wte, wpe, lnf whole plus
+// two layer slots, each slot the per-layer tensors' slices at slot_offsets.
+static size_t gradient_elems(const GPT2 *m, int zero2, size_t slot_offsets[NUM_PARAM_TENSORS], size_t *slot_elems) {
+    *slot_elems = 0;
+    if (!zero2) return m->num_params;
+    size_t elems = 0;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        if (m->zl.t[k].layers == 1) elems += m->param_sizes[k];
+        else { slot_offsets[k] = *slot_elems; *slot_elems += m->zl.t[k].slice; }
+    }
+    return elems + 2 * *slot_elems;
+}
+
+#define PLAN_NUM_SMS 132  // an H100/H200
+// The activation and scratch buffers gpt2_build allocates, in its order: each one's field
+// in Activations. Those from dresidual on are scratch (reused by every layer).
+static const size_t ACT_FIELDS[] = {
+    offsetof(Activations, ln1),       offsetof(Activations, ln1_mean),     offsetof(Activations, ln1_rstd),
+    offsetof(Activations, qkv),       offsetof(Activations, att),          offsetof(Activations, lse),
+    offsetof(Activations, atty),      offsetof(Activations, residual2),    offsetof(Activations, ln2),
+    offsetof(Activations, ln2_mean),  offsetof(Activations, ln2_rstd),     offsetof(Activations, fch),
+    offsetof(Activations, fch_gelu),  offsetof(Activations, residual3),    offsetof(Activations, encoded),
+    offsetof(Activations, attproj),   offsetof(Activations, fcproj),       offsetof(Activations, lnf),
+    offsetof(Activations, lnf_mean),  offsetof(Activations, lnf_rstd),     offsetof(Activations, logits),
+    offsetof(Activations, losses),    offsetof(Activations, dresidual),    offsetof(Activations, dln),
+    offsetof(Activations, datty),     offsetof(Activations, dfch),         offsetof(Activations, dqkv),
+    offsetof(Activations, attn_scratch), offsetof(Activations, flash_scratch), offsetof(Activations, fscratch)};
+enum { ACT_BUFFERS = sizeof ACT_FIELDS / sizeof ACT_FIELDS[0], ACT_FIRST_SCRATCH = 22 };
+
+// Bytes of each buffer of ACT_FIELDS for micro-batches of (B, T) (0: not used), rounded
+// up to cudaMalloc's 256-byte alignment. With num_sms 0, no GPU is asked: layernorm's
+// scratch takes its bound on an H200 (PLAN_NUM_SMS).
+static void activation_bytes(const GPT2 *m, int B, int T, int recompute, int flash, int deterministic, int num_sms,
+                             size_t bytes[ACT_BUFFERS]) {
+    const GPT2Config *c = &m->config;
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
+    size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L;
+    size_t attn_elems = attention_backward_scratch_elems(B, T, (int)C, (int)NH);
+    if (attention_forward_scratch_elems(B, T, (int)C) > attn_elems)
+        attn_elems = attention_forward_scratch_elems(B, T, (int)C);
+    size_t att_bytes = L * (size_t)B * NH * T * T * sizeof(floatX), lse_bytes = 0, flash_scratch_bytes = 0;
+    if (flash) {
+        att_bytes = 0;
+        attn_elems = 0;
+        lse_bytes = L * (size_t)B * NH * T * sizeof(float);
+        flash_scratch_bytes =
+            flash_attention_backward_scratch_elems(B, T, (int)C, (int)NH, deterministic) * sizeof(float);
+    }
+    size_t fscratch = num_sms ? layernorm_backward_scratch_floats((int)BT, (int)C, num_sms)
+                              : layernorm_backward_scratch_bound((int)BT, (int)C, PLAN_NUM_SMS);
+    if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
+    size_t norm_partials = 0;  // grad_sumsq: at most NORM_MAX_BLOCKS per run, a run per slice at most
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) norm_partials += (size_t)NORM_MAX_BLOCKS * m->zl.t[k].layers;
+    if (norm_partials > fscratch) fscratch = norm_partials;
+    const size_t X = sizeof(floatX), F = sizeof(float);
+    const size_t b[ACT_BUFFERS] = {
+        Lln * BT * C * X, L * BT * F,         L * BT * F,         L * BT * 3 * C * X,  att_bytes,
+        lse_bytes,        L * BT * C * X,     L * BT * C * X,     Lln * BT * C * X,    L * BT * F,
+        L * BT * F,       L * BT * 4 * C * X, Lgelu * BT * 4 * C * X, L * BT * C * X,  BT * C * X,
+        BT * C * X,       BT * C * X,         BT * C * X,         BT * F,              BT * F,
+        BT * Vp * X,      BT * F,             BT * C * X,         BT * C * X,          BT * C * X,
+        BT * 4 * C * X,   BT * 3 * C * X,     attn_elems * X,     flash_scratch_bytes, fscratch * F};
+    for (int i = 0; i < ACT_BUFFERS; i++) bytes[i] = (b[i] + 255) / 256 * 256;
+}
+
+// The device memory budget's plan (common/memory_budget.h): what gpt2_build allocates on one
+// rank's GPU, computed without a GPU. Beyond its buffers a run holds cuBLAS's and the
+// kernels' own memory and allocation rounding: DEVICE_RESERVE_BYTES, measured on an H200
+// (docs/memory.md).
+#define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
+typedef struct {
+    size_t params, grads, optimizer, acts, scratch, other;
+} DevicePlan;
+
+typedef struct {
+    GPT2Config cfg;
+    int T, use_master, flash, deterministic;
+} PlanSettings;
+
+// SIZE_MAX in params: the setting is impossible (ZeRO over ranks that do not divide a slice).
+static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
+    DevicePlan d;
+    memset(&d, 0, sizeof d);
+    GPT2 *m = (GPT2 *)xcalloc(1, sizeof(GPT2));
+    m->config = p->cfg;
+    int sharded = s.ranks > 1 && s.zero_stage > 0, zero2 = s.ranks > 1 && s.zero_stage == 2;
+    if (gpt2_setup_layout(m, sharded ? s.ranks : 1)) {
+        free(m);
+        d.params = SIZE_MAX;
+        return d;
+    }
+    size_t ns = m->zl.shard_elems, slot_offsets[NUM_PARAM_TENSORS], slot_elems;
+    d.params = m->num_params * sizeof(floatX);
+    d.grads = (gradient_elems(m, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
+    d.optimizer = ns * 2 * sizeof(float) + (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
+    size_t bytes[ACT_BUFFERS];
+    activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
+    for (int i = 0; i < ACT_BUFFERS; i++) (i >= ACT_FIRST_SCRATCH ? d.scratch : d.acts) += bytes[i];
+    d.other = batch_ints(s.B, p->T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
+              DEVICE_RESERVE_BYTES;
+    free(m);
+    return d;
+}
+
+static size_t device_plan_bytes(const void *ctx, MemorySetting s) {
+    DevicePlan d = gpt2_device_plan((const PlanSettings *)ctx, s);
+    if (d.params == SIZE_MAX) return SIZE_MAX;
+    return d.params + d.grads + d.optimizer + d.acts + d.scratch + d.other;
+}
+
+// "parameters 0.23 GiB, gradients ..." for the budget's messages
+static const char *device_plan_text(char *buf, size_t cap, const DevicePlan *d) {
+    const double g = 1.0 / (1024.0 * 1024 * 1024);
+    snprintf(buf, cap, "parameters %.2f GiB, gradients %.2f, optimizer state %.2f, activations %.2f, scratch %.2f, "
+             "buffers and reserve %.2f", d->params * g, d->grads * g, d->optimizer * g, d->acts * g, d->scratch * g,
+             d->other * g);
+    return buf;
+}
+
 // Allocates everything on the device for micro-batches of up to (B, T) and uploads the
 // parameters. use_master: keep fp32 master weights (bf16 build only).
 // flash: 1 = flash attention (bf16/fp16 builds; no T x T matrix kept), 0 = the plain
@@ -269,17 +390,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     CUDA_CHECK(cudaMalloc(&model->params, n * sizeof(floatX)));
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) model->param[i] = model->params + model->param_offsets[i];
     upload_params(model->params, host_params, n);
-    // gradients: the whole model's, or (ZeRO-2) wte, wpe, lnf whole plus two layer slots
-    model->grad_elems = n;
-    model->slot_elems = 0;
-    if (gpt2_zero2(model)) {
-        model->grad_elems = 0;
-        for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
-            if (model->zl.t[k].layers == 1) model->grad_elems += model->param_sizes[k];
-            else { model->slot_offsets[k] = model->slot_elems; model->slot_elems += model->zl.t[k].slice; }
-        }
-        model->grad_elems += 2 * model->slot_elems;
-    }
+    model->grad_elems = gradient_elems(model, gpt2_zero2(model), model->slot_offsets, &model->slot_elems);
     CUDA_CHECK(cudaMalloc(&model->grads, model->grad_elems * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(model->grads, 0, model->grad_elems * sizeof(floatX)));
     if (gpt2_zero2(model)) {
@@ -325,69 +436,16 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     model->recompute = recompute;
     model->flash = flash;
     loss_scaler_init(&model->scaler, PRECISION == PRECISION_FP16 ? LOSS_SCALE_INIT : 1.0f);
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
-    size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L;
-    size_t attn_elems = attention_backward_scratch_elems(B, T, (int)C, (int)NH);
-    if (attention_forward_scratch_elems(B, T, (int)C) > attn_elems)
-        attn_elems = attention_forward_scratch_elems(B, T, (int)C);
-    size_t att_bytes = L * (size_t)B * NH * T * T * sizeof(floatX), lse_bytes = 0, flash_scratch_bytes = 0;
-    if (flash) {
-        att_bytes = 0;
-        attn_elems = 0;
-        lse_bytes = L * (size_t)B * NH * T * sizeof(float);
-        flash_attention_set_deterministic(model->deterministic);
-        flash_scratch_bytes =
-            flash_attention_backward_scratch_elems(B, T, (int)C, (int)NH, model->deterministic) * sizeof(float);
-    }
-    size_t fscratch = layernorm_backward_scratch_floats((int)BT, (int)C, model->num_sms);
-    if (bias_grad_scratch_floats(4 * (int)C) > fscratch) fscratch = bias_grad_scratch_floats(4 * (int)C);
-    size_t norm_partials = 0;  // grad_sumsq: at most NORM_MAX_BLOCKS per run, a run per slice at most
-    for (int k = 0; k < NUM_PARAM_TENSORS; k++) norm_partials += (size_t)NORM_MAX_BLOCKS * model->zl.t[k].layers;
-    if (norm_partials > fscratch) fscratch = norm_partials;
-
-    struct { void **ptr; size_t bytes; } plan[] = {
-        {(void **)&model->acts.ln1, Lln * BT * C * sizeof(floatX)},
-        {(void **)&model->acts.ln1_mean, L * BT * sizeof(float)},
-        {(void **)&model->acts.ln1_rstd, L * BT * sizeof(float)},
-        {(void **)&model->acts.qkv, L * BT * 3 * C * sizeof(floatX)},
-        {(void **)&model->acts.att, att_bytes},
-        {(void **)&model->acts.lse, lse_bytes},
-        {(void **)&model->acts.atty, L * BT * C * sizeof(floatX)},
-        {(void **)&model->acts.residual2, L * BT * C * sizeof(floatX)},
-        {(void **)&model->acts.ln2, Lln * BT * C * sizeof(floatX)},
-        {(void **)&model->acts.ln2_mean, L * BT * sizeof(float)},
-        {(void **)&model->acts.ln2_rstd, L * BT * sizeof(float)},
-        {(void **)&model->acts.fch, L * BT * 4 * C * sizeof(floatX)},
-        {(void **)&model->acts.fch_gelu, Lgelu * BT * 4 * C * sizeof(floatX)},
-        {(void **)&model->acts.residual3, L * BT * C * sizeof(floatX)},
-        {(void **)&model->acts.encoded, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.attproj, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.fcproj, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.lnf, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.lnf_mean, BT * sizeof(float)},
-        {(void **)&model->acts.lnf_rstd, BT * sizeof(float)},
-        {(void **)&model->acts.logits, BT * Vp * sizeof(floatX)},
-        {(void **)&model->acts.losses, BT * sizeof(float)},
-        // backward / scratch
-        {(void **)&model->acts.dresidual, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.dln, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.datty, BT * C * sizeof(floatX)},
-        {(void **)&model->acts.dfch, BT * 4 * C * sizeof(floatX)},
-        {(void **)&model->acts.dqkv, BT * 3 * C * sizeof(floatX)},
-        {(void **)&model->acts.attn_scratch, attn_elems * sizeof(floatX)},
-        {(void **)&model->acts.flash_scratch, flash_scratch_bytes},
-        {(void **)&model->acts.fscratch, fscratch * sizeof(float)},
-    };
-    // the memory breakdown counts the plan's entries from dresidual on as scratch
+    if (flash) flash_attention_set_deterministic(model->deterministic);
+    size_t bytes[ACT_BUFFERS];
+    activation_bytes(model, B, T, recompute, flash, model->deterministic, model->num_sms, bytes);
     model->act_bytes = model->scratch_bytes = 0;
-    int scratch = 0;
-    for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
-        size_t bytes = (plan[i].bytes + 255) / 256 * 256;
-        scratch |= plan[i].ptr == (void **)&model->acts.dresidual;
-        *plan[i].ptr = NULL;
-        if (bytes == 0) continue;  // not used in this configuration
-        CUDA_CHECK(cudaMalloc(plan[i].ptr, bytes));
-        (scratch ? model->scratch_bytes : model->act_bytes) += bytes;
+    for (int i = 0; i < ACT_BUFFERS; i++) {
+        void **ptr = (void **)((char *)&model->acts + ACT_FIELDS[i]);
+        *ptr = NULL;
+        if (bytes[i] == 0) continue;  // not used in this configuration
+        CUDA_CHECK(cudaMalloc(ptr, bytes[i]));
+        (i >= ACT_FIRST_SCRATCH ? model->scratch_bytes : model->act_bytes) += bytes[i];
     }
     CUDA_CHECK(cudaMalloc(&model->d_batch, batch_ints(B, T) * sizeof(int)));
     for (int i = 0; i < 3; i++) {
@@ -1075,8 +1133,8 @@ int main(int argc, char **argv) {
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
     int prefetch = 1, tf32 = 0, log_gpu = -1;
     int deterministic = DETERMINISTIC_DEFAULT;
-    const char *comm_name = "nccl";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 17];
+    const char *comm_name = "nccl", *max_memory_text = "";
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 18];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
@@ -1106,6 +1164,9 @@ int main(int argc, char **argv) {
         specs[nspecs++] = arg_spec(launch_flags[i][0], launch_flags[i][1], ARG_REFUSED, NULL,
                                    "launch with mpirun, or set RANK, WORLD_SIZE, LOCAL_RANK and GPT2_NCCL_ID_FILE in "
                                    "each process (docs/command-line.md)");
+    specs[nspecs++] = arg_spec(NULL, "--max-device-memory", ARG_STRING, &max_memory_text,
+                               "the most device memory the run may plan for, e.g. 16G (checked before any GPU "
+                               "work; a run that does not fit stops naming settings that do); empty: no limit");
     specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch,
                                "1: read and prepare the next micro-batch on the host while the GPU runs the current "
                                "one, 0: when its micro-step starts");
@@ -1148,6 +1209,9 @@ int main(int argc, char **argv) {
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
     if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
+    size_t max_memory = 0;
+    if (*max_memory_text && !parse_bytes(max_memory_text, &max_memory))
+        fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", max_memory_text);
     GPT2 model;
     memset(&model, 0, sizeof model);
     GPT2Config cfg;
@@ -1167,6 +1231,16 @@ int main(int argc, char **argv) {
     const char *bad = gpt2_setup_layout(&model, gpt2_shard_world(&model));
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0", zero_stage,
                    pg.world, bad, cfg.channels);
+    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic};
+    // (before the data is read: -d -1 is resolved there, to B*T*ranks)
+    const long tokens_per_step = o.total_batch == -1 ? (long)B * T * pg.world : o.total_batch;
+    const MemorySetting setting = {B, recompute, pg.world, model.zero_stage, tokens_per_step, T};
+    if (max_memory) {
+        DevicePlan d = gpt2_device_plan(&plan, setting);
+        char text[256];
+        memory_budget_check(max_memory, setting, device_plan_bytes, &plan, device_plan_text(text, sizeof text, &d),
+                            rank0);
+    }
 
     TrainData data;
     train_data_open(&data, &o, cfg.vocab_size, pg.rank, pg.world);
@@ -1321,6 +1395,10 @@ int main(int argc, char **argv) {
     if (rank0)
         printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
                pg.world > 1 ? "; rank 0's GPU" : "", (peak_used - used0) * mib);
+    if (rank0 && max_memory)
+        printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n",
+               (peak_used - used0) * mib, device_plan_bytes(&plan, setting) * mib, max_memory * mib,
+               peak_used - used0 > max_memory ? ": OVER the budget (the plan misses something)" : "");
     batches_free(&batches);
     free(val_inputs);
     free(val_targets);

@@ -254,6 +254,11 @@ static int layernorm_backward_blocks(int N, int C, int num_sms) {
 static size_t layernorm_backward_scratch_floats(int N, int C, int num_sms) {
     return (size_t)layernorm_backward_blocks(N, C, num_sms) * 3 * C;
 }
+// the same without a GPU (memory planning): at most 8 blocks per SM
+static size_t layernorm_backward_scratch_bound(int N, int C, int num_sms) {
+    int want = ceil_div(N, LN_BWD_ROWS * 4);
+    return (size_t)(want < num_sms * 8 ? (want > 0 ? want : 1) : num_sms * 8) * 3 * C;
+}
 // the largest C the backward takes: one thread per 16-byte vector, 1024 threads a block
 static int layernorm_backward_max_channels(void) { return 1024 * X128::size; }
 

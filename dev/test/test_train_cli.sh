@@ -103,6 +103,13 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
+    expect_error "--max-device-memory not a size" "'16X' is not a size" $SMALL --max-device-memory 16X
+    # the budget is checked against the plan before any GPU work, so a machine without one can
+    # check a configuration: GPT-2 124M at B=64 needs ~28 GiB; 16 GiB names -b 32, which fits
+    expect_error "a run over --max-device-memory names what fits" "-b 32 (16 micro-steps per step)" -e d12 -b 64 \
+        -t 1024 -d 524288 -r 0 --max-device-memory 16G
+    expect_error "GPT-2 1.5B in 16 GiB: ZeRO over 4 ranks fits" "-z 1 over 4 ranks" -e d48 -b 16 -t 1024 -d 524288 \
+        -r 0 --max-device-memory 16G
     export WORLD_SIZE=2 RANK=0
     expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
     expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi

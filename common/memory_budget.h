@@ -1,0 +1,165 @@
+// memory_budget.h: --max-device-memory. The GPU trainer plans every device allocation
+// before it makes one; with a budget, the plan is held against it before the GPU is
+// touched, so a configuration meant for a smaller card can be checked on any machine.
+// A run that does not fit stops with the settings that would fit: a smaller micro-batch
+// with the same tokens per step, more recomputation, ZeRO over more ranks.
+#ifndef COMMON_MEMORY_BUDGET_H
+#define COMMON_MEMORY_BUDGET_H
+#include "util.h"
+#include <ctype.h>
+#include <math.h>
+
+// The settings the search may change (zero_stage applies when ranks > 1), and what it
+// keeps: the tokens per step and T.
+typedef struct {
+    int B, recompute, ranks, zero_stage;
+    long total_batch;
+    int T;
+} MemorySetting;
+
+// micro-steps per step of s (0: its tokens per step are not a multiple of B*T*ranks)
+static inline long memory_micro_steps(MemorySetting s) {
+    long per = (long)s.B * s.T * s.ranks;
+    return s.total_batch % per ? 0 : s.total_batch / per;
+}
+
+#define MEMORY_MAX_RECOMPUTE 2
+
+// A trainer's plan: bytes on one rank's device for setting s (SIZE_MAX: s is impossible,
+// e.g. ZeRO over ranks that do not divide the model's slices).
+typedef size_t (*MemoryPlanFn)(const void *ctx, MemorySetting s);
+
+// "16G", "16GiB", "512M", "1.5G", "1T", "123456" (bytes); units are binary (G = 2^30).
+// Returns 0 for text that is not a size.
+static inline int parse_bytes(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0) || !isfinite(v)) return 0;
+    double unit = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': unit = 1024.0; end++; break;
+    case 'M': unit = 1024.0 * 1024; end++; break;
+    case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (unit > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
+    if (*end || v * unit >= 18e18 || v * unit < 1) return 0;
+    *out = (size_t)(v * unit);
+    return 1;
+}
+
+static inline const char *gib_text(char *buf, size_t cap, size_t bytes) {
+    snprintf(buf, cap, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    return buf;
+}
+
+static inline int memory_fits(MemoryPlanFn plan, const void *ctx, MemorySetting s, size_t budget, size_t *need) {
+    *need = plan(ctx, s);
+    return *need != SIZE_MAX && *need <= budget;
+}
+
+// Appends one suggestion line to msg.
+static inline void memory_suggest(char *msg, size_t cap, const char *what, size_t need, int per_gpu) {
+    char g[32];
+    size_t len = strlen(msg);
+    snprintf(msg + len, cap - len, "\n  %s: %s%s", what, gib_text(g, sizeof g, need), per_gpu ? " per GPU" : "");
+}
+
+// The largest micro-batch b <= now.B that keeps the tokens per step (a whole number of
+// micro-steps) and fits with recompute level r and this parallel setting; 0: none.
+static inline int memory_largest_B(size_t budget, MemorySetting now, int r, int ranks, int stage, MemoryPlanFn plan,
+                                   const void *ctx, size_t *need) {
+    for (int b = now.B; b >= 1; b--) {
+        MemorySetting s = now;
+        s.B = b;
+        s.recompute = r;
+        s.ranks = ranks;
+        s.zero_stage = stage;
+        if (memory_micro_steps(s) && memory_fits(plan, ctx, s, budget, need)) return b;
+    }
+    return 0;
+}
+
+// The change of flags from now to s, e.g. "-b 16 -r 2 (the same tokens per step in 4x the micro-steps)".
+static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, MemorySetting s) {
+    buf[0] = 0;
+    size_t n = 0;
+    if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
+        n += snprintf(buf + n, cap - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks, s.ranks);
+    if (s.recompute != now.recompute) n += snprintf(buf + n, cap - n, "-r %d ", s.recompute);
+    if (s.B != now.B) n += snprintf(buf + n, cap - n, "-b %d ", s.B);
+    if (n && buf[n - 1] == ' ') buf[--n] = 0;
+    if (s.B != now.B || s.ranks != now.ranks)
+        snprintf(buf + n, cap - n, " (%ld micro-steps per step%s)", memory_micro_steps(s),
+                 s.ranks > 1 ? " on each rank" : "");
+}
+
+// Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
+// line, and returns how many: at each recompute level from now's up, the largest
+// micro-batch that fits (the same tokens per step in more micro-steps);
+// then for ZeRO-1 and ZeRO-2 the fewest ranks (2, 4 or 8 GPUs with this budget each; the
+// tokens per step must be a multiple of B*T*ranks) at which some micro-batch fits.
+static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx, char *msg,
+                                     size_t cap) {
+    char what[200];
+    size_t need;
+    int found = 0, last_b = 0;
+    msg[0] = 0;
+    for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
+        int b = memory_largest_B(budget, now, r, now.ranks, now.zero_stage, plan, ctx, &need);
+        if (!b || b <= last_b) continue;  // more recomputation is only worth it for a larger micro-batch
+        MemorySetting s = now;
+        s.B = b;
+        s.recompute = r;
+        memory_change_text(what, sizeof what, now, s);
+        memory_suggest(msg, cap, what, need, now.ranks > 1);
+        found++;
+        last_b = b;
+        if (b == now.B) break;
+    }
+    for (int stage = 1; stage <= 2; stage++) {
+        if (now.ranks > 1 && now.zero_stage >= stage) continue;
+        int done = 0;
+        for (int ranks = now.ranks > 1 ? 2 * now.ranks : 2; ranks <= 8 && !done; ranks *= 2) {
+            for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !done; r++) {
+                int b = memory_largest_B(budget, now, r, ranks, stage, plan, ctx, &need);
+                if (!b) continue;
+                MemorySetting s = now;
+                s.B = b;
+                s.recompute = r;
+                s.ranks = ranks;
+                s.zero_stage = stage;
+                memory_change_text(what, sizeof what, now, s);
+                memory_suggest(msg, cap, what, need, 1);
+                found++;
+                done = 1;
+            }
+        }
+    }
+    return found;
+}
+
+// Stops the run when the plan for `now` is over the budget, naming what would fit;
+// otherwise prints the plan beside the budget (verbose).
+static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx,
+                                       const char *breakdown, int verbose) {
+    size_t need = plan(ctx, now);
+    char a[32], b[32];
+    if (need != SIZE_MAX && need <= budget) {
+        if (verbose)
+            printf("memory plan: %s of --max-device-memory %s (%s)\n", gib_text(a, sizeof a, need),
+                   gib_text(b, sizeof b, budget), breakdown);
+        return;
+    }
+    char msg[2048];
+    int n = memory_suggestions(budget, now, plan, ctx, msg, sizeof msg);
+    fatal("--max-device-memory %s: this run needs %s on the device (%s); %s%s", gib_text(b, sizeof b, budget),
+          gib_text(a, sizeof a, need), breakdown,
+          n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r or ZeRO over up to 8 ranks; a "
+                                     "smaller model or more device memory is needed",
+          msg);
+}
+
+#endif  // COMMON_MEMORY_BUDGET_H

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# scripts/gpu_memory_budget.sh: --max-device-memory on the GPU (docs/memory.md). For each
+# row (model, micro-batch, recompute level, budget) train_gpt2cu plans its device memory
+# against the budget before it touches the GPU; a run that fits trains $STEPS steps and
+# reports its measured peak (cudaMemGetInfo: the GPU's use less its use before the run,
+# the CUDA context left out), which must stay under the budget; a run that does not fit
+# must stop before training, naming settings that fit. Prints one table last: planned,
+# measured peak, tokens/s, J/step, and whether the row behaved as the plan said.
+#
+# Run from the repository root on the GPU machine: scripts/gpu_memory_budget.sh
+# Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
+# (default dist/gpu/data). Logs in $OUT (default out/gpu_memory_budget).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BIN=${BIN:-dist/gpu/bin}
+DATA=${DATA:-dist/gpu/data}
+OUT=${OUT:-out/gpu_memory_budget}
+STEPS=${STEPS:-14}
+mkdir -p "$OUT"
+TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin -v $STEPS -m 1 -s 0 -l 1e-4"
+# name | flags (T=1024 throughout; -d is B*T: one micro-step, memory does not depend on it)
+ROWS=(
+    "d12_b64_r1_none|-e d12 -b 64 -r 1 --max-device-memory 139G"
+    "d12_b64_r1_16G|-e d12 -b 64 -r 1 --max-device-memory 16G"
+    "d12_b32_r1_16G|-e d12 -b 32 -r 1 --max-device-memory 16G"
+    "d12_b4_r1_4G|-e d12 -b 4 -r 1 --max-device-memory 4G"
+    "d12_b4_r0_4G|-e d12 -b 4 -r 0 --max-device-memory 4G"
+    "d24_b2_r0_8G|-e d24 -b 2 -r 0 --max-device-memory 8G"
+    "d24_b4_r2_8G|-e d24 -b 4 -r 2 --max-device-memory 8G"
+    "d48_b16_r0_16G|-e d48 -b 16 -r 0 --max-device-memory 16G"
+    "d48_b8_r1_40G|-e d48 -b 8 -r 1 --max-device-memory 40G"
+)
+printf '%-16s %8s %9s %9s %9s %10s %8s  %s\n' row budget planned peak 'in use' tokens/s J/step verdict > "$OUT/table.txt"
+for row in "${ROWS[@]}"; do
+    name=${row%%|*}
+    flags=${row#*|}
+    log="$OUT/$name.log"
+    # shellcheck disable=SC2086  # word lists
+    timeout 300 "$BIN/train_gpt2cu" $flags -t 1024 -x "$STEPS" $TR > "$log" 2>&1
+    rc=$?
+    budget=$(echo "$flags" | grep -oE 'max-device-memory [0-9.]+G' | awk '{print $2}')
+    if grep -q "this run needs" "$log"; then
+        planned=$(grep -oE 'needs [0-9.]+ GiB' "$log" | awk '{print $2}')
+        if [ $rc = 1 ] && ! grep -q '^step ' "$log" && grep -qE 'settings that fit|nothing fits' "$log"; then
+            verdict="refused before training (plan over budget), as planned"
+        else verdict="FAIL: refused, but exit $rc or it trained"; fi
+        printf '%-16s %8s %9s %9s %9s %10s %8s  %s\n' "$name" "$budget" "${planned}G" - - - - "$verdict" >> "$OUT/table.txt"
+        continue
+    fi
+    line=$(grep 'measured peak' "$log")
+    planned=$(echo "$line" | grep -oE 'planned [0-9]+' | awk '{print $2}')
+    peak=$(echo "$line" | grep -oE 'peak [0-9]+' | awk '{print $2}')
+    inuse=$(grep -oE 'in use after setup [0-9]+' "$log" | awk '{print $5}')
+    tps=$(grep -oE 'mean over steps [^:]*: [0-9.]+ ms/step, [0-9]+ tok/s' "$log" | grep -oE '[0-9]+ tok/s' | awk '{print $1}')
+    jps=$(grep -oE '[0-9.]+ J/step' "$log" | head -1 | awk '{print $1}')
+    if [ $rc = 0 ] && [ -n "$line" ] && ! echo "$line" | grep -q OVER; then verdict="trained, peak under the budget"
+    else verdict="FAIL: exit $rc $(echo "$line" | grep -o 'OVER.*') $(grep -m1 error "$log" | cut -c1-80)"; fi
+    printf '%-16s %8s %8sM %8sM %8sM %10s %8s  %s\n' "$name" "$budget" "${planned:--}" "${peak:--}" "${inuse:--}" \
+        "${tps:--}" "${jps:--}" "$verdict" >> "$OUT/table.txt"
+done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+cat "$OUT/table.txt"
+! grep -q FAIL "$OUT/table.txt"
