@@ -63,6 +63,7 @@ int main(int argc, char **argv) {
 #endif
     float grad_tol = 0.0f;
     int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT;
+    const char *optimizer_state = "fp32";
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
@@ -75,6 +76,7 @@ int main(int argc, char **argv) {
          "1: flash attention, 0: plain attention, -1: flash where supported"},
         {NULL, "--deterministic", ARG_INT, &deterministic,
          "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
+        {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
@@ -82,6 +84,8 @@ int main(int argc, char **argv) {
     if (recompute < 0 || recompute > 2) fatal("-r must be 0, 1 or 2");
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
+    if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
+        fatal("--optimizer-state must be fp32 or bf16");
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
     snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
@@ -102,15 +106,17 @@ int main(int argc, char **argv) {
     if (flash && !flash_supported(&model.config))
         fatal("--flash-attention 1: flash attention does not support this build or head size");
     model.deterministic = deterministic;
+    model.moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) model.scaler.scale = 1024.0f;
-    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s\n",
+    printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s, "
+           "%s moments\n",
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, recompute,
            g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
-           flash && !deterministic ? " (atomic-dq backward)" : "");
+           flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 

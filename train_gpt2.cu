@@ -136,7 +136,8 @@ typedef struct {
     floatX *params, *param[NUM_PARAM_TENSORS];  // device, checkpoint order
     floatX *grads, *grad[NUM_PARAM_TENSORS];
     float *master;                              // fp32 master weights (NULL: none), this rank's shard
-    float *m, *v;                               // AdamW moments, this rank's shard (zl.shard_elems)
+    void *m, *v;                                // AdamW moments, this rank's shard (zl.shard_elems)
+    int moments_bf16;                           // 1: m and v in bf16 (set before gpt2_build), else fp32
     floatX *gshard;                             // ZeRO-2: this rank's summed gradient chunks (zl.shard_elems)
     // data parallel: this process is rank of world; the optimizer's layout is sharded over
     // the ranks for ZeRO >= 1 (over one rank, i.e. unsharded, otherwise)
@@ -316,14 +317,17 @@ static void activation_bytes(const GPT2 *m, int B, int T, int recompute, int fla
 // rank's GPU, computed without a GPU. Beyond its buffers a run holds cuBLAS's and the
 // kernels' own memory and allocation rounding: DEVICE_RESERVE_BYTES, measured on an H200
 // (docs/memory.md).
-#define DEVICE_RESERVE_BYTES ((size_t)512 << 20)
+#define DEVICE_RESERVE_BYTES ((size_t)192 << 20)
+// NCCL's (or the MPI backend's) device buffers with several ranks: an estimate, not yet
+// measured on GPUs of their own
+#define COMM_RESERVE_BYTES ((size_t)512 << 20)
 typedef struct {
     size_t params, grads, optimizer, acts, scratch, other;
 } DevicePlan;
 
 typedef struct {
     GPT2Config cfg;
-    int T, use_master, flash, deterministic;
+    int T, use_master, flash, deterministic, moments_bf16;
 } PlanSettings;
 
 // SIZE_MAX in params: the setting is impossible (ZeRO over ranks that do not divide a slice).
@@ -341,12 +345,13 @@ static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
     size_t ns = m->zl.shard_elems, slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     d.params = m->num_params * sizeof(floatX);
     d.grads = (gradient_elems(m, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
-    d.optimizer = ns * 2 * sizeof(float) + (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
+    d.optimizer = ns * 2 * adamw_moment_bytes(p->moments_bf16) +
+                  (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
     size_t bytes[ACT_BUFFERS];
     activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
     for (int i = 0; i < ACT_BUFFERS; i++) (i >= ACT_FIRST_SCRATCH ? d.scratch : d.acts) += bytes[i];
     d.other = batch_ints(s.B, p->T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
-              DEVICE_RESERVE_BYTES;
+              DEVICE_RESERVE_BYTES + (s.ranks > 1 ? COMM_RESERVE_BYTES : 0);
     free(m);
     return d;
 }
@@ -423,10 +428,11 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     (void)use_master;
 #endif
     free(shard);
-    CUDA_CHECK(cudaMalloc(&model->m, ns * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&model->v, ns * sizeof(float)));
-    CUDA_CHECK(cudaMemset(model->m, 0, ns * sizeof(float)));
-    CUDA_CHECK(cudaMemset(model->v, 0, ns * sizeof(float)));
+    const size_t mb = adamw_moment_bytes(model->moments_bf16);
+    CUDA_CHECK(cudaMalloc(&model->m, ns * mb));
+    CUDA_CHECK(cudaMalloc(&model->v, ns * mb));
+    CUDA_CHECK(cudaMemset(model->m, 0, ns * mb));
+    CUDA_CHECK(cudaMemset(model->v, 0, ns * mb));
     CUDA_CHECK(cudaMalloc(&model->info, INFO_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->info, 0, INFO_SLOTS * sizeof(float)));
 
@@ -814,14 +820,15 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
         compute_after_comm(model);
     }
     grad_norm_finish(model->info, h->grad_clip, 1.0f / model->scaler.scale, s);
+    const size_t mb = adamw_moment_bytes(model->moments_bf16);
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         UpdateRuns u = gpt2_update_runs(model, k);
         float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
         uint32_t seed = (uint32_t)(t * 0x9E3779B1u) ^ (uint32_t)(k * 0x85EBCA77u);
         adamw_update(model->param[k] + u.first, model->master ? model->master + u.shard_offset : NULL, u.grads,
-                     u.grad_stride, model->m + u.shard_offset, model->v + u.shard_offset, u.slabs, u.len, u.stride,
-                     u.first, h->lr, h->beta1, h->beta2, t, h->eps, wd, model->info, h->max_loss,
-                     h->max_norm, seed, s);
+                     u.grad_stride, (char *)model->m + u.shard_offset * mb, (char *)model->v + u.shard_offset * mb,
+                     model->moments_bf16, u.slabs, u.len, u.stride, u.first, h->lr, h->beta1, h->beta2, t, h->eps,
+                     wd, model->info, h->max_loss, h->max_norm, seed, s);
     }
     prof_end(PH_UPDATE, s);
     if (model->zl.world > 1) {  // every rank's updated chunks to every rank
@@ -900,8 +907,8 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
     s.m = (float *)xmalloc(ns * sizeof(float));
     s.v = (float *)xmalloc(ns * sizeof(float));
     s.master = NULL;
-    CUDA_CHECK(cudaMemcpy(s.m, model->m, ns * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(s.v, model->v, ns * sizeof(float), cudaMemcpyDeviceToHost));
+    adamw_moments_download(s.m, model->m, ns, model->moments_bf16);
+    adamw_moments_download(s.v, model->v, ns, model->moments_bf16);
     if (model->master) {
         s.master = host;  // reuse the buffer
         CUDA_CHECK(cudaMemcpy(s.master, model->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
@@ -936,8 +943,8 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     s.v = (float *)xmalloc(ns * sizeof(float));
     s.master = model->master ? params : NULL;  // reuse the buffer (ns <= n)
     train_state_read(sp, &s);
-    CUDA_CHECK(cudaMemcpy(model->m, s.m, ns * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(model->v, s.v, ns * sizeof(float), cudaMemcpyHostToDevice));
+    adamw_moments_upload(model->m, s.m, ns, model->moments_bf16);
+    adamw_moments_upload(model->v, s.v, ns, model->moments_bf16);
     if (model->master) CUDA_CHECK(cudaMemcpy(model->master, s.master, ns * sizeof(float), cudaMemcpyHostToDevice));
     train_state_resume(&s, loader, run, rng);
     if (model->rank == 0) {
@@ -1108,13 +1115,15 @@ static void print_memory(const GPT2 *model, size_t in_use) {
     double mib = 1.0 / (1024.0 * 1024.0);
     size_t np = model->num_params, ns = model->zl.shard_elems;
     size_t grad_bytes = model->grad_elems * sizeof(floatX) + (model->gshard ? ns * sizeof(floatX) : 0);
-    size_t opt_bytes = (model->master ? ns * 4 : 0) + ns * 8;
-    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB, "
+    const size_t moments = 2 * adamw_moment_bytes(model->moments_bf16);
+    size_t opt_bytes = (model->master ? ns * 4 : 0) + ns * moments;
+    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s), "
            "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
-           np * sizeof(floatX) * mib, grad_bytes * mib, model->master ? ns * 4 * mib : 0.0, ns * 8 * mib,
-           model->act_bytes * mib, model->scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
+           np * sizeof(floatX) * mib, grad_bytes * mib, model->master ? ns * 4 * mib : 0.0, ns * moments * mib,
+           model->moments_bf16 ? "bf16" : "fp32", model->act_bytes * mib, model->scratch_bytes * mib,
+           CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
     if (model->world > 1) {
-        size_t full_opt = (model->master ? np * 4 : 0) + np * 8, full_grad = np * sizeof(floatX);
+        size_t full_opt = (model->master ? np * 4 : 0) + np * moments, full_grad = np * sizeof(floatX);
         printf(
             "data parallel: %d ranks (%s), ZeRO-%d: per rank, optimizer state %.0f MiB (unsharded %.0f, saves %.0f), "
             "gradients %.0f MiB (unsharded %.0f, saves %.0f)\n",
@@ -1133,8 +1142,8 @@ int main(int argc, char **argv) {
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
     int prefetch = 1, tf32 = 0, log_gpu = -1;
     int deterministic = DETERMINISTIC_DEFAULT;
-    const char *comm_name = "nccl", *max_memory_text = "";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 18];
+    const char *comm_name = "nccl", *max_memory_text = "", *optimizer_state = "fp32";
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 19];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
@@ -1164,6 +1173,9 @@ int main(int argc, char **argv) {
         specs[nspecs++] = arg_spec(launch_flags[i][0], launch_flags[i][1], ARG_REFUSED, NULL,
                                    "launch with mpirun, or set RANK, WORLD_SIZE, LOCAL_RANK and GPT2_NCCL_ID_FILE in "
                                    "each process (docs/command-line.md)");
+    specs[nspecs++] = arg_spec(NULL, "--optimizer-state", ARG_STRING, &optimizer_state,
+                               "AdamW's moments on the device: fp32, or bf16 (stochastically rounded, half the "
+                               "memory; checkpoints hold fp32 either way)");
     specs[nspecs++] = arg_spec(NULL, "--max-device-memory", ARG_STRING, &max_memory_text,
                                "the most device memory the run may plan for, e.g. 16G (checked before any GPU "
                                "work; a run that does not fit stops naming settings that do); empty: no limit");
@@ -1209,6 +1221,9 @@ int main(int argc, char **argv) {
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
     if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
+    if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
+        fatal("--optimizer-state must be fp32 or bf16, got '%s'", optimizer_state);
+    const int moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
     size_t max_memory = 0;
     if (*max_memory_text && !parse_bytes(max_memory_text, &max_memory))
         fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", max_memory_text);
@@ -1221,6 +1236,7 @@ int main(int argc, char **argv) {
     model.world = pg.world;
     model.zero_stage = pg.world > 1 ? zero_stage : 0;  // one rank: nothing to shard
     model.deterministic = deterministic;
+    model.moments_bf16 = moments_bf16;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use --flash-attention 0",
@@ -1231,7 +1247,7 @@ int main(int argc, char **argv) {
     const char *bad = gpt2_setup_layout(&model, gpt2_shard_world(&model));
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0", zero_stage,
                    pg.world, bad, cfg.channels);
-    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic};
+    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic, moments_bf16};
     // (before the data is read: -d -1 is resolved there, to B*T*ranks)
     const long tokens_per_step = o.total_batch == -1 ? (long)B * T * pg.world : o.total_batch;
     const MemorySetting setting = {B, recompute, pg.world, model.zero_stage, tokens_per_step, T};

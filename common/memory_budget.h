@@ -7,6 +7,7 @@
 #define COMMON_MEMORY_BUDGET_H
 #include "util.h"
 #include <ctype.h>
+#include <strings.h>
 #include <math.h>
 
 // The settings the search may change (zero_stage applies when ranks > 1), and what it
@@ -33,6 +34,7 @@ typedef size_t (*MemoryPlanFn)(const void *ctx, MemorySetting s);
 // Returns 0 for text that is not a size.
 static inline int parse_bytes(const char *s, size_t *out) {
     char *end;
+    if ((!isdigit((unsigned char)s[0]) && s[0] != '.') || strpbrk(s, "xX")) return 0;  // no sign, space or hex
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || errno || !(v > 0) || !isfinite(v)) return 0;
@@ -44,7 +46,7 @@ static inline int parse_bytes(const char *s, size_t *out) {
     case 'T': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
     default: break;
     }
-    if (unit > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
+    if (unit > 1 && (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0)) end += strlen(end);
     if (*end || v * unit >= 18e18 || v * unit < 1) return 0;
     *out = (size_t)(v * unit);
     return 1;
@@ -99,8 +101,9 @@ static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, 
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps);
-// then for ZeRO-1 and ZeRO-2 the fewest ranks (2, 4 or 8 GPUs with this budget each; the
-// tokens per step must be a multiple of B*T*ranks) at which some micro-batch fits.
+// then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
+// or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
+// B*T*ranks) at which some micro-batch fits.
 static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx, char *msg,
                                      size_t cap) {
     char what[200];
@@ -119,10 +122,10 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         last_b = b;
         if (b == now.B) break;
     }
-    for (int stage = 1; stage <= 2; stage++) {
-        if (now.ranks > 1 && now.zero_stage >= stage) continue;
+    for (int stage = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; stage <= 2; stage++) {
         int done = 0;
-        for (int ranks = now.ranks > 1 ? 2 * now.ranks : 2; ranks <= 8 && !done; ranks *= 2) {
+        for (int ranks = now.ranks > 1 ? now.ranks : 2; ranks <= 8 && !done; ranks *= 2) {
+            if (ranks == now.ranks && stage <= now.zero_stage) continue;  // the run as it is: above
             for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !done; r++) {
                 int b = memory_largest_B(budget, now, r, ranks, stage, plan, ctx, &need);
                 if (!b) continue;

@@ -10,8 +10,11 @@
 // gradient shard) and at m/v/master + s * len (the rank's compact state).
 // The update is skipped on the device when the step's loss or gradient norm is not
 // finite (info: [0] norm, [1] clip factor, [2] loss), so the host never waits for it.
+// The moments m and v are fp32, or bf16 (--optimizer-state bf16: half the memory), kept
+// unbiased by stochastic rounding; the state file holds them as fp32 either way.
 #pragma once
 #include "common.cuh"
+#include "../common/checkpoint.h"  // float_to_bf16, bf16_to_float: the moments on the host
 
 // V consecutive elements of T from src to dst, as 16-byte accesses when V elements make
 // whole 16-byte vectors (the launcher checks the alignment), one by one otherwise; one side
@@ -28,13 +31,39 @@ __device__ __forceinline__ void copy_run(T *dst, const T *src) {
     }
 }
 
+// V moments of type MT at src into fp32
+template <int V, typename MT>
+__device__ __forceinline__ void load_moments(float *dst, const MT *src) {
+    if constexpr (std::is_same<MT, float>::value) {
+        copy_run<V>(dst, src);
+    } else {
+        alignas(16) MT t[V];
+        copy_run<V>(t, src);
+#pragma unroll
+        for (int k = 0; k < V; k++) dst[k] = __bfloat162float(t[k]);
+    }
+}
+
+// V fp32 moments into MT at dst; bf16 with stochastic rounding on the noise of `key`
+template <int V, typename MT>
+__device__ __forceinline__ void store_moments(MT *dst, const float *src, size_t index0, uint32_t key) {
+    if constexpr (std::is_same<MT, float>::value) {
+        copy_run<V>(dst, src);
+    } else {
+        alignas(16) MT t[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) stochastic_round(src[k], &t[k], hash_u32((uint32_t)(index0 + k), key));
+        copy_run<V>(dst, t);
+    }
+}
+
 // grid (ceil(len / (V * blockDim.x)), slabs); each thread updates V consecutive elements
 // (V = X128::size where every run is 16-byte aligned: one 16-byte access per tensor instead
 // of V scalar ones; 1 otherwise). seed_index0: the index within the tensor of the run's
 // first element at s = 0 (the rounding noise hashes the index within the tensor, so a
 // sharded run rounds every element exactly as an unsharded one, whatever V).
-template <int V>
-__global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
+template <int V, typename MT>
+__global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, MT *m, MT *v,
                              size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
                              float bc1, float bc2, float eps, float wd, const float *info, float max_loss,
                              float max_norm, uint32_t seed) {
@@ -49,8 +78,8 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
     alignas(16) floatX gr[V], pr[V];
     alignas(16) float mm[V], vv[V], ww[V];
     copy_run<V>(gr, grads + (size_t)blockIdx.y * grad_stride + j);
-    copy_run<V>(mm, m + q);
-    copy_run<V>(vv, v + q);
+    load_moments<V>(mm, m + q);
+    load_moments<V>(vv, v + q);
     if (master) copy_run<V>(ww, master + q);
     else copy_run<V>(pr, params + p);
 #pragma unroll
@@ -63,30 +92,72 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
         ww[k] = w;
         stochastic_round(w, &pr[k], hash_u32((uint32_t)(seed_index0 + p + k), seed));
     }
-    copy_run<V>(m + q, mm);
-    copy_run<V>(v + q, vv);
+    // the moments' noise: other streams than the parameter's (seeds differ in their high bits)
+    store_moments<V>(m + q, mm, seed_index0 + p, seed ^ 0x68E31DA4u);
+    store_moments<V>(v + q, vv, seed_index0 + p, seed ^ 0xB5297A4Du);
     if (master) copy_run<V>(master + q, ww);
     copy_run<V>(params + p, pr);
 }
 
-static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, float *m, float *v,
+template <typename MT>
+static void adamw_launch(floatX *params, float *master, const floatX *grads, size_t grad_stride, MT *m, MT *v,
                          int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
-                         int t, float eps, float wd, const float *info, float max_loss, float max_norm, uint32_t seed,
-                         cudaStream_t s) {
-    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+                         float bc1, float bc2, float eps, float wd, const float *info, float max_loss, float max_norm,
+                         uint32_t seed, cudaStream_t s) {
     constexpr int V = X128::size;
     const bool aligned16 =
         ((uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
     if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0) {
         dim3 grid(ceil_div((long)(len / V), 256), slabs);
-        adamw_kernel<V><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,
-                                             beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
+        adamw_kernel<V, MT><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0,
+                                                 lr, beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
     } else {
         dim3 grid(ceil_div((long)len, 512), slabs);
-        adamw_kernel<1><<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0, lr,
-                                             beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
+        adamw_kernel<1, MT><<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0,
+                                                 lr, beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
     }
     LAUNCH_CHECK();
+}
+
+// m and v: fp32, or bf16 when moments_bf16; each points at the run's first moment
+static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, void *m, void *v,
+                         int moments_bf16, int slabs, size_t len, size_t stride, size_t seed_index0, float lr,
+                         float beta1, float beta2, int t, float eps, float wd, const float *info, float max_loss,
+                         float max_norm, uint32_t seed, cudaStream_t s) {
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    if (moments_bf16)
+        adamw_launch(params, master, grads, grad_stride, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, slabs, len, stride,
+                     seed_index0, lr, beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed, s);
+    else
+        adamw_launch(params, master, grads, grad_stride, (float *)m, (float *)v, slabs, len, stride, seed_index0, lr,
+                     beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed, s);
+}
+
+// Bytes of one moment on the device.
+static size_t adamw_moment_bytes(int moments_bf16) { return moments_bf16 ? 2 : 4; }
+
+// n moments between host fp32 and the device (fp32, or bf16 rounded to nearest: a state
+// written from bf16 moments reads back bit for bit)
+static void adamw_moments_upload(void *dst, const float *src, size_t n, int moments_bf16) {
+    if (!moments_bf16) {
+        CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        return;
+    }
+    uint16_t *tmp = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) tmp[i] = float_to_bf16(src[i]);
+    CUDA_CHECK(cudaMemcpy(dst, tmp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+
+static void adamw_moments_download(float *dst, const void *src, size_t n, int moments_bf16) {
+    if (!moments_bf16) {
+        CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    uint16_t *tmp = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    CUDA_CHECK(cudaMemcpy(tmp, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(tmp[i]);
+    free(tmp);
 }
 
 // ZeRO-2: shard[i] += chunk[i] (a layer's reduce-scattered gradient chunk added to the

@@ -1,0 +1,497 @@
+// test_memory_budget.c: --max-device-memory (common/memory_budget.h): parse_bytes takes the
+// documented sizes in binary units and refuses anything else; memory_micro_steps counts whole
+// micro-steps only; against a fake plan with an explicit cost formula, the settings that
+// memory_suggestions names are those a brute force over every (B, r, ranks, ZeRO stage) finds,
+// each fits and keeps the tokens per step; memory_budget_check returns when the plan fits and
+// otherwise exits through fatal() naming the budget, the need, the breakdown and what fits.
+// Random trials use a fresh seed, printed; `test_memory_budget SEED` repeats a run.
+#include "testutil.h"
+#include "../../common/memory_budget.h"
+#include "../../common/rng.h"
+
+#define GIB ((size_t)1 << 30)
+#define MAX_B 64  // the largest micro-batch the random trials start from
+#define MAX_LINES 8
+
+// ---------------------------------------------------------------------------------------------
+// parse_bytes
+
+static void test_parse_accepted(void) {
+    const struct {
+        const char *text;
+        size_t bytes;
+    } ok[] = {
+        {"16G", (size_t)16 << 30},   {"16g", (size_t)16 << 30},      {"16GiB", (size_t)16 << 30},
+        {"16GB", (size_t)16 << 30},  {"16gb", (size_t)16 << 30},    {"16gib", (size_t)16 << 30},
+        {"512M", (size_t)512 << 20}, {"1.5G", (size_t)3 << 29},
+        {"1T", (size_t)1 << 40},     {"2K", 2048},                   {"123456", 123456},
+        {"512MiB", (size_t)512 << 20}, {"0.5K", 512},                {"1", 1},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        size_t got = 0;
+        int r = parse_bytes(ok[i].text, &got);
+        CHECK(r == 1 && got == ok[i].bytes, "\"%s\": returned %d, %zu bytes (expected %zu)", ok[i].text, r, got,
+              ok[i].bytes);
+    }
+}
+
+static void test_parse_refused(void) {
+    // "0.1" is less than one byte; "1e30G" is past what a size_t holds; "16 G" has a space; a
+    // sign, a leading space or hex are not sizes a user means
+    const char *bad[] = {"", "G", "16X", "-1G", "0", "0G", "nan", "inf", "1e30G", "16 G", "16Gx", "0.1", "GiB", "16iB",
+                         " 16G", "+16G", "0x10G"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t got = 7;
+        CHECK(parse_bytes(bad[i], &got) == 0, "\"%s\" accepted as %zu bytes", bad[i], got);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// memory_micro_steps
+
+static MemorySetting setting(int B, int r, int ranks, int stage, long total_batch, int T) {
+    MemorySetting s = {B, r, ranks, stage, total_batch, T};
+    return s;
+}
+
+static void test_micro_steps(void) {
+    CHECK(memory_micro_steps(setting(4, 0, 2, 0, 4L * 1024 * 2 * 8, 1024)) == 8, "4x1024 on 2 ranks, 8 micro-steps");
+    CHECK(memory_micro_steps(setting(8, 1, 1, 0, 8L * 64, 64)) == 1, "one micro-step");
+    CHECK(memory_micro_steps(setting(2, 0, 1, 0, 6L * 2048, 1024)) == 6, "6 micro-steps of 2x1024");
+    // a step that is not a whole number of micro-steps, or less than one, has none
+    CHECK(memory_micro_steps(setting(3, 0, 1, 0, 4L * 1024, 1024)) == 0, "4096 tokens in micro-steps of 3072");
+    CHECK(memory_micro_steps(setting(4, 0, 2, 0, 4L * 1024, 1024)) == 0, "4096 tokens over 2 ranks of 4x1024");
+    CHECK(memory_micro_steps(setting(1, 0, 1, 0, 1000, 1024)) == 0, "1000 tokens, micro-steps of 1024");
+    uint64_t rng = rng_seed(17);
+    int ok = 1;
+    for (int i = 0; i < 2000; i++) {
+        int B = 1 + (int)(rng_next_u64(&rng) % 64), T = 1 + (int)(rng_next_u64(&rng) % 2048);
+        int ranks = 1 + (int)(rng_next_u64(&rng) % 8);
+        long per = (long)B * T * ranks, k = 1 + (long)(rng_next_u64(&rng) % 100);
+        ok &= memory_micro_steps(setting(B, 0, ranks, 0, per * k, T)) == k;
+        if (per > 1) {  // k whole micro-steps and a part of one more
+            long part = 1 + (long)(rng_next_u64(&rng) % (unsigned long)(per - 1));
+            ok &= memory_micro_steps(setting(B, 0, ranks, 0, per * k + part, T)) == 0;
+        }
+    }
+    CHECK(ok, "random whole and broken multiples of B*T*ranks");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fake plan: a fixed part (weights, buffers), the optimizer state (split over the ranks
+// from ZeRO-1 up), the gradients (split from ZeRO-2 up) and activations proportional to B
+// that shrink with each recompute level. Ranks whose bit is set in `impossible` cannot run.
+
+typedef struct {
+    size_t fixed, opt, grad, act[MEMORY_MAX_RECOMPUTE + 1];
+    unsigned impossible;  // bit k: 2^k ranks are impossible (SIZE_MAX)
+} FakePlan;
+
+static int g_plan_misuse = 0;  // the header asked about a setting it should never consider
+static MemorySetting g_plan_now;  // the run being checked: T and the tokens per step must be kept
+
+static size_t fake_plan(const void *ctx, MemorySetting s) {
+    const FakePlan *p = (const FakePlan *)ctx;
+    if (s.B < 1 || s.recompute < 0 || s.recompute > MEMORY_MAX_RECOMPUTE || s.ranks < 1 || s.ranks > 8 ||
+        s.zero_stage < 0 || s.zero_stage > 2 || s.T != g_plan_now.T || s.total_batch != g_plan_now.total_batch)
+        g_plan_misuse = 1;
+    for (int k = 0; k < 4; k++)
+        if ((p->impossible >> k & 1) && s.ranks == 1 << k) return SIZE_MAX;
+    if (s.recompute < 0 || s.recompute > MEMORY_MAX_RECOMPUTE) return SIZE_MAX;  // act[] has no such level
+    size_t opt = s.ranks > 1 && s.zero_stage >= 1 ? p->opt / (size_t)s.ranks : p->opt;
+    size_t grad = s.ranks > 1 && s.zero_stage >= 2 ? p->grad / (size_t)s.ranks : p->grad;
+    return p->fixed + opt + grad + (size_t)s.B * p->act[s.recompute];
+}
+
+// whether s fits, computed here without the header: a plan within the budget and a whole
+// number of micro-steps
+static int fits(const FakePlan *p, MemorySetting s, size_t budget) {
+    size_t need = fake_plan(p, s);
+    return s.total_batch % ((long)s.B * s.T * s.ranks) == 0 && need != SIZE_MAX && need <= budget;
+}
+
+// One parsed suggestion line, "  <flags> (<n> micro-steps per step[ on each rank]): X.XX GiB[ per GPU]"
+typedef struct {
+    MemorySetting s;
+    char text[256];
+} Line;
+
+// Parses the flags of one line on top of now; returns 0 (with the reason in *why) when the
+// line is not in the documented form, names a flag at now's value, or states a wrong
+// micro-step count or need.
+static int parse_line(const char *line, MemorySetting now, const FakePlan *p, MemorySetting *s, const char **why) {
+    *s = now;
+    const char *q = line;
+    int n = -1, a, b, c;
+    if (strncmp(q, "  ", 2)) return *why = "no indent", 0;
+    q += 2;
+    int z = 0, r = 0, bb = 0;
+    if (!strncmp(q, "-z ", 3)) {
+        if (sscanf(q, "-z %d over %d ranks (mpirun -np %d)%n", &a, &b, &c, &n) != 3 || n < 0 || b != c)
+            return *why = "bad -z text", 0;
+        s->zero_stage = a;
+        s->ranks = b;
+        q += n;
+        z = 1;
+        if (!strncmp(q, " -", 2)) q++;
+    }
+    n = -1;
+    if (!strncmp(q, "-r ", 3)) {
+        if (sscanf(q, "-r %d%n", &a, &n) != 1 || n < 0) return *why = "bad -r text", 0;
+        s->recompute = a;
+        q += n;
+        r = 1;
+        if (!strncmp(q, " -", 2)) q++;
+    }
+    n = -1;
+    if (!strncmp(q, "-b ", 3)) {
+        if (sscanf(q, "-b %d%n", &a, &n) != 1 || n < 0) return *why = "bad -b text", 0;
+        s->B = a;
+        q += n;
+        bb = 1;
+    }
+    // a flag is named only when it changes
+    if (z && s->ranks == now.ranks && s->zero_stage == now.zero_stage) return *why = "-z at now's setting", 0;
+    if (r && s->recompute == now.recompute) return *why = "-r at now's level", 0;
+    if (bb && s->B == now.B) return *why = "-b at now's B", 0;
+    if (!z && !r && !bb) return *why = "no flags", 0;
+    if (s->B < 1 || s->ranks < 1 || s->recompute < 0 || s->recompute > MEMORY_MAX_RECOMPUTE) return *why = "range", 0;
+    // the micro-steps per step, stated when B or the ranks change
+    if (s->B != now.B || s->ranks != now.ranks) {
+        long m;
+        n = -1;
+        if (sscanf(q, " (%ld micro-steps per step%n", &m, &n) != 1 || n < 0) return *why = "no micro-steps", 0;
+        q += n;
+        const char *tail = s->ranks > 1 ? " on each rank)" : ")";
+        if (strncmp(q, tail, strlen(tail))) return *why = "bad micro-steps tail", 0;
+        q += strlen(tail);
+        if (m != s->total_batch / ((long)s->B * s->T * s->ranks)) return *why = "wrong micro-steps count", 0;
+    }
+    // the need, as gib_text writes it, "per GPU" on several ranks
+    char want[64], g[32];
+    snprintf(want, sizeof want, ": %s%s", gib_text(g, sizeof g, fake_plan(p, *s)), s->ranks > 1 ? " per GPU" : "");
+    if (strcmp(q, want)) return *why = "wrong need text", 0;
+    return 1;
+}
+
+// Splits msg into lines and parses each; returns the count, -1 when a line is malformed.
+static int parse_msg(const char *msg, MemorySetting now, const FakePlan *p, Line *out, char *err, size_t cap) {
+    int count = 0;
+    if (!msg[0]) return 0;
+    if (msg[0] != '\n') return snprintf(err, cap, "does not start with a newline"), -1;
+    const char *q = msg + 1;
+    while (*q) {
+        const char *e = strchr(q, '\n');
+        size_t len = e ? (size_t)(e - q) : strlen(q);
+        if (count == MAX_LINES || len >= sizeof out[0].text) return snprintf(err, cap, "too many or long lines"), -1;
+        memcpy(out[count].text, q, len);
+        out[count].text[len] = 0;
+        const char *why;
+        if (!parse_line(out[count].text, now, p, &out[count].s, &why))
+            return snprintf(err, cap, "%s: '%s'", why, out[count].text), -1;
+        count++;
+        q += len + (e ? 1 : 0);
+    }
+    return count;
+}
+
+static int same(MemorySetting a, MemorySetting b) {
+    return a.B == b.B && a.recompute == b.recompute && a.ranks == b.ranks && a.zero_stage == b.zero_stage;
+}
+
+// The expected suggestions by brute force over every setting: first, at each recompute level
+// from now's up, the largest B <= now.B that fits with now's ranks and stage, listed only when
+// it beats every lower level (more recomputation is only worth a larger micro-batch); then
+// ZeRO-1 and ZeRO-2 (not below now's stage on several ranks) each at the fewest ranks where
+// some (B, r) fits (now's own ranks when it has several and the stage is above its own, then
+// doubling up to 8), with the least recomputation that fits there and the largest B at it.
+// Returns the count of local lines in *n_local; the ZeRO lines follow.
+static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemorySetting *out, int *n_local) {
+    static int best[4][3][MEMORY_MAX_RECOMPUTE + 1];  // [log2 ranks][stage][r]: the largest B that fits, 0: none
+    for (int k = 0; k < 4; k++)
+        for (int st = 0; st < 3; st++)
+            for (int r = 0; r <= MEMORY_MAX_RECOMPUTE; r++) {
+                best[k][st][r] = 0;
+                for (int B = 1; B <= now.B; B++)
+                    if (fits(p, setting(B, r, 1 << k, st, now.total_batch, now.T), budget)) best[k][st][r] = B;
+            }
+    int n = 0, k_now = now.ranks == 1 ? 0 : now.ranks == 2 ? 1 : now.ranks == 4 ? 2 : 3, beaten = 0;
+    for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
+        int b = best[k_now][now.zero_stage][r];
+        if (b > beaten) out[n++] = setting(b, r, now.ranks, now.zero_stage, now.total_batch, now.T);
+        if (b > beaten) beaten = b;
+    }
+    *n_local = n;
+    for (int st = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; st <= 2; st++) {
+        int found = 0;
+        for (int k = k_now > 0 ? k_now : 1; k <= 3 && !found; k++)
+            for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !found; r++)
+                if (!(k == k_now && st <= now.zero_stage) && best[k][st][r]) {
+                    out[n++] = setting(best[k][st][r], r, 1 << k, st, now.total_batch, now.T);
+                    found = 1;
+                }
+    }
+    return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// memory_budget_check in a child: the settings it runs with
+
+static FakePlan g_check_plan;
+static MemorySetting g_check_now;
+static size_t g_check_budget;
+static const char *g_check_breakdown = "weights 2.00 GiB, optimizer 12.00 GiB, activations";
+
+// stdout goes to the captured stderr, so that the "memory plan:" line can be read back
+static void check_child(const char *verbose) {
+    dup2(2, 1);
+    g_plan_now = g_check_now;
+    memory_budget_check(g_check_budget, g_check_now, fake_plan, &g_check_plan, g_check_breakdown, verbose[0] == '1');
+    fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// hand-written cases
+
+// 2 GiB fixed, 12 GiB optimizer, 4 GiB gradients, activations 1/2, 1/4, 1/8 GiB per sequence of
+// the batch at recompute levels 0, 1, 2; a single GPU at B 64, T 1024, 512 Ki tokens per step
+static const FakePlan hand_plan = {2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8}, 0};
+static MemorySetting hand_now(void) { return setting(64, 0, 1, 0, 64L * 1024 * 8, 1024); }
+
+// runs memory_suggestions and checks its count and exact text
+static void expect_suggestions(const char *what, const FakePlan *p, MemorySetting now, size_t budget,
+                               const char *want, int want_n) {
+    char msg[2048];
+    g_plan_now = now;
+    int n = memory_suggestions(budget, now, fake_plan, p, msg, sizeof msg);
+    CHECK(n == want_n, "%s: %d suggestions, expected %d:%s", what, n, want_n, msg);
+    CHECK(strcmp(msg, want) == 0, "%s: got\n%s\n    expected\n%s", what, msg, want);
+}
+
+static void test_hand_local_and_zero(void) {
+    // 24 GiB: 18 GiB before activations leaves 6 for B at 1/2, 1/4, 1/8 GiB each: 12, 24, 48,
+    // the largest divisors of 512 below them are 8, 16, 32; ZeRO-1 over 2 ranks leaves 12 GiB,
+    // B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB, B 28 -> 16
+    expect_suggestions("24 GiB", &hand_plan, hand_now(), 24 * GIB,
+                       "\n  -b 8 (64 micro-steps per step): 22.00 GiB"
+                       "\n  -r 1 -b 16 (32 micro-steps per step): 22.00 GiB"
+                       "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB"
+                       "\n  -z 1 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 20.00 GiB "
+                       "per GPU"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
+                       "per GPU",
+                       5);
+    // 16 GiB: nothing fits on one GPU (18 GiB before activations); ZeRO-1 over 2 ranks leaves
+    // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8
+    expect_suggestions("16 GiB", &hand_plan, hand_now(), 16 * GIB,
+                       "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
+                       "per GPU"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
+                       "per GPU",
+                       2);
+}
+
+static void test_hand_recompute_not_worth_it(void) {
+    // level 1 saves nothing over level 0, so it gives no larger B and is not listed
+    FakePlan p = hand_plan;
+    p.act[1] = p.act[0];
+    p.opt = 0;  // keeps ZeRO out of the way: it fits as well as the local settings do
+    p.grad = 0;
+    expect_suggestions("r1 = r0", &p, hand_now(), 2 * GIB + 6 * GIB,
+                       "\n  -b 8 (64 micro-steps per step): 6.00 GiB"
+                       "\n  -r 2 -b 32 (16 micro-steps per step): 6.00 GiB"
+                       "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 6.00 GiB "
+                       "per GPU"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 6.00 GiB "
+                       "per GPU",
+                       4);
+    // a run at -r 1 whose B fits at -r 2: a smaller B at -r 1, then the recompute change alone;
+    // over 2 ranks the same B fits (12 GiB before activations, 8 for B 32 at 1/4)
+    MemorySetting now = hand_now();
+    now.B = 32;
+    now.recompute = 1;
+    now.total_batch = 32L * 1024 * 4;
+    expect_suggestions("-r 2 alone", &hand_plan, now, 18 * GIB + 4 * GIB,
+                       "\n  -b 16 (8 micro-steps per step): 22.00 GiB\n  -r 2: 22.00 GiB"
+                       "\n  -z 1 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 20.00 GiB per GPU"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 18.00 GiB per GPU",
+                       4);
+}
+
+static void test_hand_impossible_and_nothing(void) {
+    // 8 GiB: ZeRO-1 fits first over 8 ranks (2 + 1.5 + 4, B 1 at 1/2), ZeRO-2 over 4 already
+    // (2 + 3 + 1, B 4): each stage at its own fewest ranks
+    expect_suggestions("8 GiB", &hand_plan, hand_now(), 8 * GIB,
+                       "\n  -z 1 over 8 ranks (mpirun -np 8) -b 1 (64 micro-steps per step on each rank): 8.00 GiB "
+                       "per GPU"
+                       "\n  -z 2 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 8.00 GiB "
+                       "per GPU",
+                       2);
+    // 5.5 GiB: only ZeRO-2 over 8 ranks fits (4 GiB before activations, B 3 -> 2) ...
+    expect_suggestions("5.5 GiB", &hand_plan, hand_now(), 5 * GIB + GIB / 2,
+                       "\n  -z 2 over 8 ranks (mpirun -np 8) -b 2 (32 micro-steps per step on each rank): 5.00 GiB "
+                       "per GPU",
+                       1);
+    // ... and when the plan marks 8 ranks impossible, nothing is suggested
+    FakePlan p = hand_plan;
+    p.impossible = 1u << 3;
+    expect_suggestions("8 ranks impossible", &p, hand_now(), 5 * GIB + GIB / 2, "", 0);
+    // below the fixed part nothing fits anywhere
+    expect_suggestions("1 GiB", &hand_plan, hand_now(), GIB, "", 0);
+}
+
+static void test_hand_several_ranks(void) {
+    // a run on 2 ranks with ZeRO-1 is offered ZeRO-2 or more ranks, never ZeRO-1 or ZeRO-0 again
+    MemorySetting now = setting(64, 0, 2, 1, 64L * 1024 * 2 * 4, 1024);
+    char msg[2048];
+    Line lines[MAX_LINES];
+    char err[256];
+    g_plan_now = now;
+    for (size_t budget = 8 * GIB; budget <= 20 * GIB; budget += GIB / 4) {
+        int n = memory_suggestions(budget, now, fake_plan, &hand_plan, msg, sizeof msg);
+        int got = parse_msg(msg, now, &hand_plan, lines, err, sizeof err);
+        CHECK(got == n, "budget %zu: %d lines parsed (%s), %d returned", budget, got, got < 0 ? err : "", n);
+        for (int i = 0; i < got; i++) {
+            MemorySetting s = lines[i].s;
+            CHECK(fits(&hand_plan, s, budget), "budget %zu: '%s' does not fit", budget, lines[i].text);
+            if (s.ranks == now.ranks && s.zero_stage == now.zero_stage) continue;  // a local line
+            CHECK(s.zero_stage == 2 || (s.zero_stage == 1 && s.ranks > now.ranks),
+                  "budget %zu: '%s' is not ZeRO-2 or more ranks", budget, lines[i].text);
+        }
+    }
+    CHECK(!g_plan_misuse, "the plan was asked about a setting outside the search");
+}
+
+static void test_budget_check(void) {
+    g_check_plan = hand_plan;
+    g_check_now = hand_now();
+    char *err;
+    // fits: returns, and says so when verbose (hand_now needs 18 + 32 GiB)
+    g_check_budget = 50 * GIB;
+    int rc = run_child(check_child, "1", &err);
+    CHECK(rc == 0, "a plan that fits returns: exit status %d, %s", rc, err);
+    CHECK(strstr(err, "memory plan: 50.00 GiB of --max-device-memory 50.00 GiB (weights 2.00 GiB, optimizer") != NULL,
+          "the plan line: '%s'", err);
+    free(err);
+    g_check_budget = 64 * GIB;
+    rc = run_child(check_child, "0", &err);
+    CHECK(rc == 0 && err[0] == 0, "quiet when not verbose: exit status %d, '%s'", rc, err);
+    free(err);
+    // does not fit: the budget, the need, the breakdown, then what fits
+    g_check_budget = 24 * GIB;
+    expect_failure("24 GiB", check_child, "1", "--max-device-memory 24.00 GiB", "needs 50.00 GiB on the device",
+                   g_check_breakdown);
+    expect_failure("24 GiB, what fits", check_child, "1", "settings that fit:",
+                   "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB",
+                   "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB");
+    // one byte short of the exact need
+    g_check_budget = 50 * GIB - 1;
+    expect_failure("one byte short", check_child, "1", "needs 50.00 GiB", "settings that fit:", NULL);
+    // nothing fits
+    g_check_budget = GIB;
+    expect_failure("1 GiB", check_child, "0", "--max-device-memory 1.00 GiB", "nothing fits with a smaller -b",
+                   "a smaller model or more device memory is needed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// random trials against the brute force
+
+static uint64_t g_rng;
+static uint64_t seed_arg = 0;
+
+static size_t rand_range(size_t lo, size_t hi) { return lo + (size_t)(rng_next_u64(&g_rng) % (hi - lo + 1)); }
+
+static void random_trial(int trial, int *checked) {
+    FakePlan p;
+    p.fixed = rand_range(GIB / 2, 4 * GIB);
+    p.opt = rand_range(0, 24 * GIB);
+    p.grad = rand_range(0, 8 * GIB);
+    p.act[0] = rand_range(GIB / 256, GIB);
+    // a level that saves nothing now and then, to see it skipped
+    for (int r = 1; r <= MEMORY_MAX_RECOMPUTE; r++)
+        p.act[r] = rand_range(0, 4) == 0 ? p.act[r - 1] : p.act[r - 1] / 10 * rand_range(3, 10);
+    const int Ts[] = {64, 256, 1024};
+    const int Bs[] = {12, 16, 24, 32, 48, 64};
+    int T = Ts[rand_range(0, 2)];
+    int B = rand_range(0, 1) ? Bs[rand_range(0, 5)] : (int)rand_range(1, MAX_B);
+    int ranks = rand_range(0, 9) < 6 ? 1 : rand_range(0, 1) ? 2 : 4;
+    int stage = ranks > 1 ? (int)rand_range(0, 2) : 0;  // one rank has nothing to shard (train_gpt2.cu)
+    MemorySetting now = setting(B, (int)rand_range(0, MEMORY_MAX_RECOMPUTE), ranks, stage, 0, T);
+    now.total_batch = (long)B * T * ranks * (long)rand_range(1, 16);
+    p.impossible = 0;
+    for (int k = 1; k <= 3; k++)
+        if (1 << k != ranks && rand_range(0, 4) == 0) p.impossible |= 1u << k;
+    g_plan_now = now;
+    size_t need_now = fake_plan(&p, now);
+    // the budget: now and then exactly the need of another setting (the edge of fitting),
+    // otherwise anywhere below now's need
+    size_t budget = rand_range(p.fixed / 2, need_now - 1);
+    if (rand_range(0, 2) == 0) {
+        MemorySetting o = setting((int)rand_range(1, B), (int)rand_range(0, 2), 1 << rand_range(0, 3),
+                                  (int)rand_range(0, 2), now.total_batch, T);
+        size_t n = fake_plan(&p, o);
+        if (n < need_now) budget = n;
+    }
+    char msg[2048], err[300];
+    Line lines[MAX_LINES];
+    MemorySetting want[MAX_LINES];
+    int n_local;
+    g_plan_misuse = 0;
+    int n = memory_suggestions(budget, now, fake_plan, &p, msg, sizeof msg);
+    int got = parse_msg(msg, now, &p, lines, err, sizeof err);
+    int n_want = expected(&p, now, budget, want, &n_local);
+    (*checked)++;
+    char desc[400];
+    snprintf(desc, sizeof desc,
+             "trial %d (seed %llu): now B %d r %d ranks %d z %d tokens %ld T %d, budget %zu, plan {%zu %zu %zu %zu "
+             "%zu %zu imp %u}",
+             trial, (unsigned long long)seed_arg, now.B, now.recompute, now.ranks, now.zero_stage, now.total_batch,
+             now.T, budget, p.fixed, p.opt, p.grad, p.act[0], p.act[1], p.act[2], p.impossible);
+    CHECK(!g_plan_misuse, "%s: the plan was asked about a setting that changes T, the tokens per step or ranges",
+          desc);
+    CHECK(got == n, "%s: returned %d, parsed %d lines (%s):%s", desc, n, got, got < 0 ? err : "", msg);
+    if (got < 0) return;
+    for (int i = 0; i < got; i++)
+        CHECK(fits(&p, lines[i].s, budget), "%s: '%s' does not fit", desc, lines[i].text);
+    // the lines at now's ranks and stage come first and are the brute force's
+    int local = 0;
+    while (local < got && lines[local].s.ranks == now.ranks && lines[local].s.zero_stage == now.zero_stage) local++;
+    int ok = local == n_local;
+    for (int i = 0; ok && i < local; i++) ok = same(lines[i].s, want[i]);
+    CHECK(ok, "%s: local lines differ from the brute force (%d expected, first B %d r %d):%s", desc, n_local,
+          n_local ? want[0].B : 0, n_local ? want[0].recompute : 0, msg);
+    ok = got == n_want;
+    for (int i = local; ok && i < got; i++) ok = same(lines[i].s, want[i]);
+    CHECK(ok, "%s: ZeRO lines differ from the brute force (%d expected):%s", desc, n_want - n_local, msg);
+    // now and then the same through memory_budget_check: the fatal message ends in these lines
+    if (trial % 64 == 0) {
+        g_check_plan = p;
+        g_check_now = now;
+        g_check_budget = budget;
+        char b[32];
+        expect_failure(desc, check_child, "0", gib_text(b, sizeof b, budget),
+                       n ? "settings that fit:" : "nothing fits", n ? msg : NULL);
+    }
+}
+
+static void test_random(void) {
+    int checked = 0;
+    for (int trial = 0; trial < 3000; trial++) random_trial(trial, &checked);
+    CHECK(checked == 3000, "%d trials checked", checked);
+}
+
+int main(int argc, char **argv) {
+    seed_arg = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+    g_rng = rng_seed(seed_arg);
+    printf("seed %llu (rerun with: %s %llu)\n", (unsigned long long)seed_arg, argv[0], (unsigned long long)seed_arg);
+    run_case("parse_bytes: accepted sizes", test_parse_accepted);
+    run_case("parse_bytes: refused text", test_parse_refused);
+    run_case("memory_micro_steps: whole numbers only", test_micro_steps);
+    run_case("suggestions: local levels and ZeRO (hand)", test_hand_local_and_zero);
+    run_case("suggestions: recompute only for a larger B", test_hand_recompute_not_worth_it);
+    run_case("suggestions: impossible ranks, nothing fits", test_hand_impossible_and_nothing);
+    run_case("suggestions: 2 ranks at ZeRO-1", test_hand_several_ranks);
+    run_case("budget check: fits, or fatal() with what fits", test_budget_check);
+    run_case("suggestions vs brute force (random)", test_random);
+    return test_summary();
+}
