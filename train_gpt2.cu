@@ -327,7 +327,7 @@ typedef struct {
 
 typedef struct {
     GPT2Config cfg;
-    int T, use_master, flash, deterministic, moments_bf16;
+    int T, use_master, flash, deterministic;
 } PlanSettings;
 
 // SIZE_MAX in params: the setting is impossible (ZeRO over ranks that do not divide a slice).
@@ -345,7 +345,7 @@ static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
     size_t ns = m->zl.shard_elems, slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     d.params = m->num_params * sizeof(floatX);
     d.grads = (gradient_elems(m, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
-    d.optimizer = ns * 2 * adamw_moment_bytes(p->moments_bf16) +
+    d.optimizer = ns * 2 * adamw_moment_bytes(s.moments_bf16) +
                   (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
     size_t bytes[ACT_BUFFERS];
     activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
@@ -1247,10 +1247,10 @@ int main(int argc, char **argv) {
     const char *bad = gpt2_setup_layout(&model, gpt2_shard_world(&model));
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0", zero_stage,
                    pg.world, bad, cfg.channels);
-    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic, moments_bf16};
+    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic};
     // (before the data is read: -d -1 is resolved there, to B*T*ranks)
     const long tokens_per_step = o.total_batch == -1 ? (long)B * T * pg.world : o.total_batch;
-    const MemorySetting setting = {B, recompute, pg.world, model.zero_stage, tokens_per_step, T};
+    const MemorySetting setting = {B, recompute, pg.world, model.zero_stage, tokens_per_step, T, moments_bf16};
     if (max_memory) {
         DevicePlan d = gpt2_device_plan(&plan, setting);
         char text[256];

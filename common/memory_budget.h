@@ -10,12 +10,13 @@
 #include <strings.h>
 #include <math.h>
 
-// The settings the search may change (zero_stage applies when ranks > 1), and what it
-// keeps: the tokens per step and T.
+// The settings the search may change (zero_stage applies when ranks > 1; moments_bf16:
+// AdamW's moments in bf16), and what it keeps: the tokens per step and T.
 typedef struct {
     int B, recompute, ranks, zero_stage;
     long total_batch;
     int T;
+    int moments_bf16;
 } MemorySetting;
 
 // micro-steps per step of s (0: its tokens per step are not a multiple of B*T*ranks)
@@ -74,7 +75,7 @@ static inline void memory_suggest(char *msg, size_t cap, const char *what, size_
 static inline int memory_largest_B(size_t budget, MemorySetting now, int r, int ranks, int stage, MemoryPlanFn plan,
                                    const void *ctx, size_t *need) {
     for (int b = now.B; b >= 1; b--) {
-        MemorySetting s = now;
+        MemorySetting s = now;  // with now's moments
         s.B = b;
         s.recompute = r;
         s.ranks = ranks;
@@ -88,6 +89,7 @@ static inline int memory_largest_B(size_t budget, MemorySetting now, int r, int 
 static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, MemorySetting s) {
     buf[0] = 0;
     size_t n = 0;
+    if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, cap - n, "--optimizer-state bf16 ");
     if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
         n += snprintf(buf + n, cap - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks, s.ranks);
     if (s.recompute != now.recompute) n += snprintf(buf + n, cap - n, "-r %d ", s.recompute);
@@ -101,6 +103,8 @@ static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, 
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps);
+// then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where a
+// micro-batch fits, when that micro-batch is larger than any above;
 // then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
 // or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
 // B*T*ranks) at which some micro-batch fits.
@@ -121,6 +125,23 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         found++;
         last_b = b;
         if (b == now.B) break;
+    }
+    if (!now.moments_bf16 && last_b < now.B) {
+        MemorySetting lean = now;
+        lean.moments_bf16 = 1;
+        for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
+            int b = memory_largest_B(budget, lean, r, now.ranks, now.zero_stage, plan, ctx, &need);
+            if (!b) continue;
+            if (b > last_b) {
+                MemorySetting s = lean;
+                s.B = b;
+                s.recompute = r;
+                memory_change_text(what, sizeof what, now, s);
+                memory_suggest(msg, cap, what, need, now.ranks > 1);
+                found++;
+            }
+            break;
+        }
     }
     for (int stage = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; stage <= 2; stage++) {
         int done = 0;
