@@ -29,8 +29,9 @@ ROWS=(
     "d24_b4_r2_8G|-e d24 -b 4 -r 2 --max-device-memory 8G"
     "d48_b16_r0_16G|-e d48 -b 16 -r 0 --max-device-memory 16G"
     "d48_b8_r1_40G|-e d48 -b 8 -r 1 --max-device-memory 40G"
+    "d48_b8_r1_bf16_34G|-e d48 -b 8 -r 1 --optimizer-state bf16 --max-device-memory 34G"
 )
-printf '%-16s %8s %9s %9s %9s %10s %8s  %s\n' row budget planned peak 'in use' tokens/s J/step verdict > "$OUT/table.txt"
+printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' row budget planned peak 'in use' tokens/s J/step verdict > "$OUT/table.txt"
 for row in "${ROWS[@]}"; do
     name=${row%%|*}
     flags=${row#*|}
@@ -44,7 +45,7 @@ for row in "${ROWS[@]}"; do
         if [ $rc = 1 ] && ! grep -q '^step ' "$log" && grep -qE 'settings that fit|nothing fits' "$log"; then
             verdict="refused before training (plan over budget), as planned"
         else verdict="FAIL: refused, but exit $rc or it trained"; fi
-        printf '%-16s %8s %9s %9s %9s %10s %8s  %s\n' "$name" "$budget" "${planned}G" - - - - "$verdict" >> "$OUT/table.txt"
+        printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' "$name" "$budget" "${planned}G" - - - - "$verdict" >> "$OUT/table.txt"
         continue
     fi
     line=$(grep 'measured peak' "$log")
@@ -55,7 +56,7 @@ for row in "${ROWS[@]}"; do
     jps=$(grep -oE '[0-9.]+ J/step' "$log" | head -1 | awk '{print $1}')
     if [ $rc = 0 ] && [ -n "$line" ] && ! echo "$line" | grep -q OVER; then verdict="trained, peak under the budget"
     else verdict="FAIL: exit $rc $(echo "$line" | grep -o 'OVER.*') $(grep -m1 error "$log" | cut -c1-80)"; fi
-    printf '%-16s %8s %8sM %8sM %8sM %10s %8s  %s\n' "$name" "$budget" "${planned:--}" "${peak:--}" "${inuse:--}" \
+    printf '%-19s %8s %8sM %8sM %8sM %10s %8s  %s\n' "$name" "$budget" "${planned:--}" "${peak:--}" "${inuse:--}" \
         "${tps:--}" "${jps:--}" "$verdict" >> "$OUT/table.txt"
 done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -3,8 +3,10 @@
 # stochastically rounded) costs against fp32 moments (docs/memory.md). GPT-2 124M (d12) at
 # B=$B, T=1024 from one initial model (--seed) on one data order for $STEPS steps, once with
 # each moment type, in the same call: the train and validation losses (metrics.jsonl), the
-# speed, J/step and the device memory. Prints one table last; the two runs' metrics.jsonl
-# are in $OUT/fp32 and $OUT/bf16 for scripts/plot_metrics.py.
+# speed, J/step and the device memory. Before that (STEP_ERRORS=0 skips it), test_gpt2cu's
+# 10 AdamW steps against PyTorch with each moment type in each build, which sets the
+# tests' tolerance. Prints one table last; the two runs' metrics.jsonl are in $OUT/fp32
+# and $OUT/bf16 for scripts/plot_metrics.py.
 #
 # Run from the repository root on the GPU machine: scripts/study_optimizer_state.sh
 # Binaries from $BIN (default dist/gpu/bin), shards from $DATA (default dist/gpu/data).
@@ -17,6 +19,27 @@ STEPS=${STEPS:-500}
 B=${B:-16}
 rm -rf "$OUT/fp32" "$OUT/bf16"
 mkdir -p "$OUT"
+# 1. test_gpt2cu's 10 AdamW steps against PyTorch (fp32 moments) with each moment type, in
+# each build: the largest error of a step's loss, beside the test's tolerance
+if [ "${STEP_ERRORS:-1}" = 1 ]; then
+    python3 dev/gpt2_ref.py --layers 2 --heads 4 --channels 128 --max-seq-len 64 --batch 4 --seq-len 32 \
+        --out-dir "$OUT/ref_small" --device cuda > "$OUT/ref.log" 2>&1
+    python3 dev/gpt2_ref.py --model d12 --batch 4 --seq-len 64 --out-dir "$OUT/ref_d12" --device cuda >> "$OUT/ref.log" 2>&1
+    for shape in small d12; do
+        for build in bf16 fp32 fp16; do
+            exe=$BIN/test_gpt2cu
+            [ $build != bf16 ] && exe=${exe}_$build
+            for st in fp32 bf16; do
+                "$exe" --ref-dir "$OUT/ref_$shape" --optimizer-state $st > "$OUT/t_${build}_${shape}_$st.log" 2>&1
+                rc=$?
+                e=$(grep '^step' "$OUT/t_${build}_${shape}_$st.log" | sed 's/.*abs err \([^ ]*\).*/\1/' | sort -g | tail -1)
+                tol=$(grep '^step' "$OUT/t_${build}_${shape}_$st.log" | grep -o 'tol [0-9e.+-]*' | tail -1)
+                echo "test_gpt2cu $build $shape, $st moments: exit $rc, largest step-loss error ${e:--} ($tol)"
+            done
+        done
+    done | tee "$OUT/step_errors.txt"
+fi
+# 2. the loss curves
 for st in fp32 bf16; do
     # shellcheck disable=SC2086  # word lists
     timeout 400 "$BIN/train_gpt2cu" -e d12 -b "$B" -t 1024 -x "$STEPS" -l 6e-4 -u 50 -q 0.1 -c 0.1 -v 50 -m 8 \
@@ -41,7 +64,7 @@ for st in ("fp32", "bf16"):
     log = open(f"{out}/{st}.log").read()
     mean = re.search(r"mean over steps [^:]*: ([0-9.]+) ms/step, ([0-9]+) tok/s", log)
     joules = re.search(r"([0-9.]+) J/step", log)
-    peak = re.search(r"used at peak[^:]*: ([0-9]+) MiB", log)
+    peak = re.search(r"used at peak.*?\): ([0-9]+) MiB", log)
     moments = re.search(r"AdamW moments ([0-9]+) MiB", log)
     rows[st] = (val, train, mean, joules, peak, moments)
 common = sorted(set(rows["fp32"][0]) & set(rows["bf16"][0]))
