@@ -181,8 +181,9 @@ static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryP
     int n = memory_suggestions(budget, now, plan, ctx, msg, sizeof msg);
     fatal("--max-device-memory %s: this run needs %s on the device (%s); %s%s", gib_text(b, sizeof b, budget),
           gib_text(a, sizeof a, need), breakdown,
-          n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r or ZeRO over up to 8 ranks; a "
-                                     "smaller model or more device memory is needed",
+          n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r, --optimizer-state bf16 or ZeRO "
+                                     "over up to 8 ranks on its own: combine them, or use a smaller model or more "
+                                     "device memory",
           msg);
 }
 

@@ -538,7 +538,7 @@ static void test_budget_check(void) {
     // nothing fits
     g_check_budget = GIB;
     expect_failure("1 GiB", check_child, "0", "--max-device-memory 1.00 GiB", "nothing fits with a smaller -b",
-                   "a smaller model or more device memory is needed");
+                   "combine them, or use a smaller model or more device memory");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -600,8 +600,7 @@ static void random_trial(int trial, int *checked) {
     if (!now.moments_bf16 && !n_lean && (n_local == 0 || want[n_local - 1].B < now.B)) {
         int any = 0;  // some B fits with bf16 moments at the run's ranks and stage
         for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++)
-            any |= fits(&p, setting(1, r, ranks, stage, now.total_batch, T, 1), budget) ||
-                   fits(&p, setting(B, r, ranks, stage, now.total_batch, T, 1), budget);
+            any |= fits(&p, setting(1, r, ranks, stage, now.total_batch, T, 1), budget);  // B 1 always divides
         g_lean_not_larger += any;
     }
     (*checked)++;
@@ -655,7 +654,7 @@ static void test_random(void) {
     for (int trial = 0; trial < 3000; trial++) random_trial(trial, &checked);
     CHECK(checked == 3000, "%d trials checked", checked);
     // the trials are meaningful only when each case came up
-    CHECK(g_lean_listed >= 20 && g_lean_not_larger >= 20 && g_run_bf16 >= 300,
+    CHECK(g_lean_listed >= 100 && g_lean_not_larger >= 100 && g_run_bf16 >= 500,
           "coverage: %d trials with the bf16 line, %d where bf16 gave no larger B, %d runs in bf16", g_lean_listed,
           g_lean_not_larger, g_run_bf16);
 }
