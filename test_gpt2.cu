@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
         {NULL, "--grad-tol", ARG_FLOAT, &grad_tol, "tolerance on every gradient tensor (0: per-class defaults)"},
         {NULL, "--step-tol", ARG_FLOAT, &step_tol, "tolerance on each AdamW step's loss (absolute)"},
         {NULL, "--fuse-gelu", ARG_INT, &fuse_gelu, "1: GELU in the cuBLASLt epilogue, 0: separate kernel"},
-        {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2"},
+        {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2, 3"},
         {NULL, "--flash-attention", ARG_INT, &flash,
          "1: flash attention, 0: plain attention, -1: flash where supported"},
         {NULL, "--deterministic", ARG_INT, &deterministic,
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
                " build) with the PyTorch reference.");
-    if (recompute < 0 || recompute > 2) fatal("-r must be 0, 1 or 2");
+    if (recompute < 0 || recompute > 3) fatal("-r must be 0, 1, 2 or 3");
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)

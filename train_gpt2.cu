@@ -284,15 +284,15 @@ static void activation_bytes(const GPT2 *m, int B, int T, int recompute, int fla
                              size_t bytes[ACT_BUFFERS]) {
     const GPT2Config *c = &m->config;
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, Vp = c->padded_vocab_size;
-    size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L;
+    size_t Lgelu = recompute >= 1 ? 1 : L, Lln = recompute >= 2 ? 1 : L, Lblk = recompute >= 3 ? 1 : L;
     size_t attn_elems = attention_backward_scratch_elems(B, T, (int)C, (int)NH);
     if (attention_forward_scratch_elems(B, T, (int)C) > attn_elems)
         attn_elems = attention_forward_scratch_elems(B, T, (int)C);
-    size_t att_bytes = L * (size_t)B * NH * T * T * sizeof(floatX), lse_bytes = 0, flash_scratch_bytes = 0;
+    size_t att_bytes = Lblk * (size_t)B * NH * T * T * sizeof(floatX), lse_bytes = 0, flash_scratch_bytes = 0;
     if (flash) {
         att_bytes = 0;
         attn_elems = 0;
-        lse_bytes = L * (size_t)B * NH * T * sizeof(float);
+        lse_bytes = Lblk * (size_t)B * NH * T * sizeof(float);
         flash_scratch_bytes =
             flash_attention_backward_scratch_elems(B, T, (int)C, (int)NH, deterministic) * sizeof(float);
     }
@@ -304,9 +304,9 @@ static void activation_bytes(const GPT2 *m, int B, int T, int recompute, int fla
     if (norm_partials > fscratch) fscratch = norm_partials;
     const size_t X = sizeof(floatX), F = sizeof(float);
     const size_t b[ACT_BUFFERS] = {
-        Lln * BT * C * X, L * BT * F,         L * BT * F,         L * BT * 3 * C * X,  att_bytes,
-        lse_bytes,        L * BT * C * X,     L * BT * C * X,     Lln * BT * C * X,    L * BT * F,
-        L * BT * F,       L * BT * 4 * C * X, Lgelu * BT * 4 * C * X, L * BT * C * X,  BT * C * X,
+        Lln * BT * C * X, L * BT * F,         L * BT * F,         Lblk * BT * 3 * C * X, att_bytes,
+        lse_bytes,        Lblk * BT * C * X,  Lblk * BT * C * X,  Lln * BT * C * X,    L * BT * F,
+        L * BT * F,       Lblk * BT * 4 * C * X, Lgelu * BT * 4 * C * X, L * BT * C * X, BT * C * X,
         BT * C * X,       BT * C * X,         BT * C * X,         BT * F,              BT * F,
         BT * Vp * X,      BT * F,             BT * C * X,         BT * C * X,          BT * C * X,
         BT * 4 * C * X,   BT * 3 * C * X,     attn_elems * X,     flash_scratch_bytes, fscratch * F};
@@ -529,54 +529,90 @@ static void gpt2_upload_staged(GPT2 *model) { send_batch(model, HOST_BATCH_STAGE
 
 // Forward over the uploaded inputs (B, T), B <= capacity, T == capacity T. Leaves the
 // logits in acts.logits (B*T, Vp).
+// Layer l's activations: its own buffers, or for what the recompute level keeps for one
+// layer only (-r 1: the GELU output; -r 2: the layernorm outputs too; -r 3: everything but
+// the block's output residual3 and the layernorms' statistics) the one shared slot, filled
+// again in the backward.
+typedef struct {
+    floatX *ln1, *qkv, *att, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *lse, *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    const floatX *residual;  // the block's input: the layer below's residual3, or the embeddings
+} BlockActs;
+
+static BlockActs block_acts(GPT2 *m, int l) {
+    Activations *a = &m->acts;
+    const GPT2Config *c = &m->config;
+    size_t C = c->channels, NH = c->num_heads, cap = (size_t)m->B * m->T, r = m->recompute;
+    size_t lg = r >= 1 ? 0 : l, ll = r >= 2 ? 0 : l, lb = r >= 3 ? 0 : l;
+    BlockActs b;
+    b.ln1 = a->ln1 + ll * cap * C;
+    b.qkv = a->qkv + lb * cap * 3 * C;
+    b.att = a->att ? a->att + lb * m->B * NH * m->T * m->T : NULL;
+    b.atty = a->atty + lb * cap * C;
+    b.residual2 = a->residual2 + lb * cap * C;
+    b.ln2 = a->ln2 + ll * cap * C;
+    b.fch = a->fch + lb * cap * 4 * C;
+    b.fch_gelu = a->fch_gelu + lg * cap * 4 * C;
+    b.residual3 = a->residual3 + (size_t)l * cap * C;
+    b.lse = a->lse ? a->lse + lb * m->B * NH * m->T : NULL;
+    b.ln1_mean = a->ln1_mean + (size_t)l * cap;
+    b.ln1_rstd = a->ln1_rstd + (size_t)l * cap;
+    b.ln2_mean = a->ln2_mean + (size_t)l * cap;
+    b.ln2_rstd = a->ln2_rstd + (size_t)l * cap;
+    b.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * cap * C;
+    return b;
+}
+
+// Layer l from its layernormed input b->ln1 up to the MLP's GELU output: attention, its
+// projection and residual add with ln2, the fc matmul. The forward continues with the fc
+// projection; -r 3's backward runs this again to recompute the block.
+static void gpt2_block_forward(GPT2 *model, int l, const BlockActs *b, int B, int T) {
+    const GPT2Config *c = &model->config;
+    int C = c->channels, NH = c->num_heads;
+    cudaStream_t s = model->stream;
+    Activations *a = &model->acts;
+    floatX **p = model->param;
+    int N = B * T;
+    PROF(PH_MATMUL, matmul_forward(b->qkv, NULL, b->ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, N, C,
+                                   3 * C, s));
+    if (model->flash) PROF(PH_ATTENTION, flash_attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, s));
+    else PROF(PH_ATTENTION, attention_forward(b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s));
+    PROF(PH_MATMUL, matmul_forward(a->attproj, NULL, b->atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C,
+                                   N, C, C, s));
+    PROF(PH_LAYERNORM, fused_residual_layernorm_forward(b->residual2, b->ln2, b->ln2_mean, b->ln2_rstd, b->residual,
+                                                        a->attproj, p[P_LN2W] + l * C, p[P_LN2B] + l * C, N, C, s));
+    PROF(PH_MATMUL, matmul_forward(b->fch_gelu, b->fch, b->ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C,
+                                   N, C, 4 * C, s));
+}
+
 static void gpt2_forward(GPT2 *model, int B, int T) {
     const GPT2Config *c = &model->config;
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size;
     if (B > model->B || T != model->T)
         fatal("internal: forward with B=%d T=%d, allocated B=%d T=%d", B, T, model->B, model->T);
     cudaStream_t s = model->stream;
     Activations *a = &model->acts;
     floatX **p = model->param;
-    size_t cap = (size_t)model->B * model->T, N = (size_t)B * T;
-    size_t attcap = (size_t)model->B * NH * T * T;
-    int r = model->recompute;
+    size_t N = (size_t)B * T;
     const int *inputs = batch_field(model, model->d_batch, BATCH_INPUTS);
 
     PROF(PH_ENCODER, encoder_forward(a->encoded, inputs, p[P_WTE], p[P_WPE], B, T, C, s));
     PROF(PH_LAYERNORM,
          layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p[P_LN1W], p[P_LN1B], (int)N, C, s));
     for (int l = 0; l < L; l++) {
-        floatX *ln1 = a->ln1 + (r >= 2 ? 0 : l * cap * C);
-        floatX *qkv = a->qkv + l * cap * 3 * C, *att = a->att + l * attcap, *atty = a->atty + l * cap * C;
-        floatX *residual2 = a->residual2 + l * cap * C, *ln2 = a->ln2 + (r >= 2 ? 0 : l * cap * C);
-        floatX *fch = a->fch + l * cap * 4 * C, *fch_gelu = a->fch_gelu + (r >= 1 ? 0 : l * cap * 4 * C);
-        floatX *residual3 = a->residual3 + l * cap * C;
-        const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * cap * C;
-
-        PROF(PH_MATMUL, matmul_forward(qkv, NULL, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, (int)N,
-                                       C, 3 * C, s));
-        if (model->flash)
-            PROF(PH_ATTENTION,
-                 flash_attention_forward(atty, a->lse + (size_t)l * model->B * NH * T, qkv, B, T, C, NH, s));
-        else PROF(PH_ATTENTION, attention_forward(atty, att, qkv, a->attn_scratch, B, T, C, NH, s));
-        PROF(PH_MATMUL, matmul_forward(a->attproj, NULL, atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C,
-                                       (int)N, C, C, s));
-        PROF(PH_LAYERNORM,
-             fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * cap, a->ln2_rstd + l * cap, residual,
-                                              a->attproj, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)N, C, s));
-        PROF(PH_MATMUL, matmul_forward(fch_gelu, fch, ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C,
-                                       (int)N, C, 4 * C, s));
-        PROF(PH_MATMUL, matmul_forward(a->fcproj, NULL, fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C,
+        BlockActs b = block_acts(model, l);
+        gpt2_block_forward(model, l, &b, B, T);
+        PROF(PH_MATMUL, matmul_forward(a->fcproj, NULL, b.fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C,
                                        p[P_FCPROJB] + l * C, (int)N, 4 * C, C, s));
         // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
         prof_begin(s);
         if (l + 1 < L) {
-            floatX *ln1_next = a->ln1 + (r >= 2 ? 0 : (l + 1) * cap * C);
-            fused_residual_layernorm_forward(residual3, ln1_next, a->ln1_mean + (l + 1) * cap,
-                                             a->ln1_rstd + (l + 1) * cap, residual2, a->fcproj, p[P_LN1W] + (l + 1) * C,
-                                             p[P_LN1B] + (l + 1) * C, (int)N, C, s);
+            BlockActs next = block_acts(model, l + 1);
+            fused_residual_layernorm_forward(b.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, b.residual2,
+                                             a->fcproj, p[P_LN1W] + (l + 1) * C, p[P_LN1B] + (l + 1) * C, (int)N, C,
+                                             s);
         } else {
-            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, a->fcproj,
+            fused_residual_layernorm_forward(b.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, b.residual2, a->fcproj,
                                              p[P_LNFW], p[P_LNFB], (int)N, C, s);
         }
         prof_end(PH_LAYERNORM, s);
@@ -649,7 +685,7 @@ static void gpt2_reduce_grads(GPT2 *m, int l) {
 static void gpt2_backward(GPT2 *model) {
     const GPT2Config *c = &model->config;
     int B = model->B, T = model->T, L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
-    size_t N = (size_t)B * T, attsz = (size_t)B * NH * T * T;
+    size_t N = (size_t)B * T;
     cudaStream_t s = model->stream;
     Activations *a = &model->acts;
     floatX **p = model->param, **g = model->grad;
@@ -671,19 +707,22 @@ static void gpt2_backward(GPT2 *model) {
 
     // dresidual carries the gradient of the residual stream down through the layers
     for (int l = L - 1; l >= 0; l--) {
-        const floatX *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
-        floatX *ln1 = a->ln1 + (r >= 2 ? 0 : l * N * C), *qkv = a->qkv + l * N * 3 * C, *atty = a->atty + l * N * C;
-        floatX *att = a->att + l * attsz, *residual2 = a->residual2 + l * N * C,
-               *ln2 = a->ln2 + (r >= 2 ? 0 : l * N * C);
-        floatX *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + (r >= 1 ? 0 : l * N * 4 * C);
-        float *ln1_mean = a->ln1_mean + l * N, *ln1_rstd = a->ln1_rstd + l * N;
-        float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
+        BlockActs b = block_acts(model, l);
+        const floatX *residual = b.residual;
+        floatX *ln1 = b.ln1, *qkv = b.qkv, *atty = b.atty, *att = b.att, *residual2 = b.residual2, *ln2 = b.ln2;
+        floatX *fch = b.fch, *fch_gelu = b.fch_gelu;
+        float *ln1_mean = b.ln1_mean, *ln1_rstd = b.ln1_rstd, *ln2_mean = b.ln2_mean, *ln2_rstd = b.ln2_rstd;
         if (gpt2_zero2(model))
             CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[l & 1], 0));  // slot of layer l + 2 sent
 
-        // recompute what forward did not keep
-        if (r >= 1) PROF(PH_GELU, gelu_forward(fch_gelu, fch, (long)N * 4 * C, s));
-        if (r >= 2)
+        // recompute what forward did not keep: -r 3 the whole block from its input
+        if (r >= 3) {
+            PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C,
+                                                 p[P_LN1B] + l * C, (int)N, C, s));
+            gpt2_block_forward(model, l, &b, B, T);
+        }
+        if (r == 1 || r == 2) PROF(PH_GELU, gelu_forward(fch_gelu, fch, (long)N * 4 * C, s));
+        if (r == 2)
             PROF(PH_LAYERNORM, layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p[P_LN2W] + l * C,
                                                  p[P_LN2B] + l * C, (int)N, C, s));
 
@@ -697,7 +736,7 @@ static void gpt2_backward(GPT2 *model) {
                            (int)N, C, sms, s));
 
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        if (r >= 2)
+        if (r == 2)
             PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C,
                                                  p[P_LN1B] + l * C, (int)N, C, s));
         PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), NULL, fs, a->dresidual, atty,
@@ -709,8 +748,8 @@ static void gpt2_backward(GPT2 *model) {
         floatX *dqkvb = grad_at(model, P_QKVB, l);
         if (model->flash)
             PROF(PH_ATTENTION,
-                 flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, qkv, atty, a->lse + (size_t)l * B * NH * T,
-                                          a->flash_scratch, B, T, C, NH, s));
+                 flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, qkv, atty, b.lse, a->flash_scratch, B, T, C,
+                                          NH, s));
         else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
         PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), model->flash ? NULL : dqkvb, fs, a->dqkv,
                                         ln1, p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
@@ -1146,7 +1185,8 @@ int main(int argc, char **argv) {
     ArgSpec specs[TRAIN_OPTIONS_COUNT + 19];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
-        arg_spec("-r", "--recompute", ARG_INT, &recompute, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm");
+        arg_spec("-r", "--recompute", ARG_INT, &recompute,
+                 "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm, 3 the whole block (keeps its input only)");
     specs[nspecs++] = arg_spec("-f", "--tf32", ARG_INT, &tf32,
                                "1: the fp32 build's matmuls in TF32 (faster, about 3 decimal digits; the bf16 and "
                                "fp16 builds' are unaffected), 0: true fp32");
@@ -1198,7 +1238,7 @@ int main(int argc, char **argv) {
     // validate everything before any GPU work
     train_options_validate(&o);
     const int B = o.B, T = o.T;
-    if (recompute < 0 || recompute > 2) fatal("-r (recompute) must be 0, 1 or 2, got %d", recompute);
+    if (recompute < 0 || recompute > 3) fatal("-r (recompute) must be 0, 1, 2 or 3, got %d", recompute);
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (flash == 1 && PRECISION == PRECISION_FP32)
         fatal("--flash-attention 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use 0");

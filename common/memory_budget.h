@@ -25,7 +25,7 @@ static inline long memory_micro_steps(MemorySetting s) {
     return s.total_batch % per ? 0 : s.total_batch / per;
 }
 
-#define MEMORY_MAX_RECOMPUTE 2
+#define MEMORY_MAX_RECOMPUTE 3
 
 // A trainer's plan: bytes on one rank's device for setting s (SIZE_MAX: s is impossible,
 // e.g. ZeRO over ranks that do not divide the model's slices).

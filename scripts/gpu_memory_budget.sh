@@ -30,6 +30,8 @@ ROWS=(
     "d48_b16_r0_16G|-e d48 -b 16 -r 0 --max-device-memory 16G"
     "d48_b8_r1_40G|-e d48 -b 8 -r 1 --max-device-memory 40G"
     "d48_b8_r1_bf16_34G|-e d48 -b 8 -r 1 --optimizer-state bf16 --max-device-memory 34G"
+    "d12_b64_r3_13G|-e d12 -b 64 -r 3 --max-device-memory 13G"
+    "d48_b16_r3_bf16_24G|-e d48 -b 16 -r 3 --optimizer-state bf16 --max-device-memory 24G"
 )
 printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' row budget planned peak 'in use' tokens/s J/step verdict > "$OUT/table.txt"
 for row in "${ROWS[@]}"; do

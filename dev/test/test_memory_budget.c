@@ -302,10 +302,11 @@ static void check_child(const char *verbose) {
 // hand-written cases
 
 // 2 GiB fixed, 12 GiB optimizer (8 GiB with bf16 moments: 4 master weights, 2 + 2 moments), 4 GiB
-// gradients, activations 1/2, 1/4, 1/8 GiB per sequence of the batch at recompute levels 0, 1, 2;
+// gradients, activations 1/2, 1/4, 1/8, 1/8 GiB per sequence of the batch at recompute levels 0-3 (3
+// saves nothing more here, so the exact texts below have no -r 3 line);
 // a single GPU at B 64, T 1024, 512 Ki tokens per step, fp32 moments. Before activations: 18 GiB
 // (14 with bf16 moments) on one GPU; ZeRO-1 over 2 ranks 12 GiB, ZeRO-2 over 2 ranks 10 GiB.
-static const FakePlan hand_plan = {2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8}, 0};
+static const FakePlan hand_plan = {2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8, GIB / 8}, 0};
 static MemorySetting hand_now(void) { return setting(64, 0, 1, 0, 64L * 1024 * 8, 1024, 0); }
 
 // runs memory_suggestions and checks its count and exact text, and that the plan was asked
@@ -607,9 +608,10 @@ static void random_trial(int trial, int *checked) {
     char desc[400];
     snprintf(desc, sizeof desc,
              "trial %d (seed %llu): now B %d r %d ranks %d z %d tokens %ld T %d bf16 %d, budget %zu, plan {%zu %zu "
-             "%zu %zu %zu %zu imp %u}",
+             "%zu %zu %zu %zu %zu imp %u}",
              trial, (unsigned long long)seed_arg, now.B, now.recompute, now.ranks, now.zero_stage, now.total_batch,
-             now.T, now.moments_bf16, budget, p.fixed, p.opt, p.grad, p.act[0], p.act[1], p.act[2], p.impossible);
+             now.T, now.moments_bf16, budget, p.fixed, p.opt, p.grad, p.act[0], p.act[1], p.act[2], p.act[3],
+             p.impossible);
     CHECK(!fake_misuse,
           "%s: the plan was asked about a setting that changes T, the tokens per step, ranges, or the moments "
           "other than fp32 -> bf16 at the run's ranks and stage",
