@@ -108,8 +108,11 @@ if [ -x ./train_gpt2cu ]; then
     # check a configuration: GPT-2 124M at B=64 needs ~28 GiB; 16 GiB names -b 32, which fits
     expect_error "a run over --max-device-memory names what fits" "-b 32 (16 micro-steps per step)" -e d12 -b 64 \
         -t 1024 -d 524288 -r 0 --max-device-memory 16G
-    expect_error "GPT-2 1.5B in 16 GiB: ZeRO over 4 ranks fits" "-z 1 over 4 ranks" -e d48 -b 16 -t 1024 -d 524288 \
-        -r 0 --max-device-memory 16G
+    expect_error "GPT-2 1.5B in 16 GiB: ZeRO-1 over 2 ranks with -r 3 fits" \
+        "-z 1 over 2 ranks (mpirun -np 2) -r 3 -b 2" -e d48 -b 16 -t 1024 -d 524288 -r 0 --max-device-memory 16G
+    expect_error "13 GiB: whole-block recomputation keeps B=64" "-r 3: 12.09 GiB" -e d12 -b 64 -t 1024 -d 524288 \
+        --max-device-memory 13G
+    expect_error "-r 4" "-r (recompute) must be 0, 1, 2 or 3" $SMALL -r 4
     export WORLD_SIZE=2 RANK=0
     expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
     expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi
