@@ -684,6 +684,7 @@ int main(int argc, char **argv) {
     metrics_header(&lg, "train_gpt2", "fp32", &cfg, &o, max_steps, 1, start_step);
     if (start_step < 0) start_step = 0;
     const int can_sample = sampling_possible(&cfg, 0);
+    train_data_start_reading(&data, &o);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -721,6 +722,7 @@ int main(int argc, char **argv) {
         // evaluation, sample, checkpoint
         after_step(&o, data.have_val, can_sample, &lg, &run, step + 1, step + 1 == max_steps, between, &tr);
     }
+    report_data_stall(&data, &o, max_steps - start_step);
     final_sample(&o, can_sample, max_steps, between, &tr);
     free(val_inputs);
     free(val_targets);

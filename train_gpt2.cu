@@ -1369,6 +1369,7 @@ int main(int argc, char **argv) {
     logger_init(&lg, o.out_dir, resume_step >= 0, !rank0);
     metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, &o, max_steps, pg.world, resume_step);
     const int can_sample = rank0 && sampling_possible(&cfg, !rank0);
+    train_data_start_reading(&data, &o);
 
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -1434,6 +1435,7 @@ int main(int argc, char **argv) {
     }
     step_meter_report(&meter, max_steps, o.total_batch, flops_per_step, peak_flops, rank0,
                       pg.world > 1 ? ", rank 0's GPU" : "");
+    if (rank0) report_data_stall(&data, &o, max_steps - start_step);
     final_sample(&o, can_sample, max_steps, between, &tr);
     peak_used = max_size(peak_used, device_used_bytes());
     if (rank0 && profile && g_prof.steps > 0) {

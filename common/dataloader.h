@@ -24,6 +24,13 @@
 // dataloader_check_all_ids. Afterwards each batch reads only
 // its own B*T+1 tokens (seek + read), so shards of any size cost no memory.
 //
+// Background reading: common/loader_thread.h runs the reads on a thread ahead of the
+// trainer (--loader-threads 1); dataloader_next and dataloader_get_pos then go through it
+// (bg below). data_s counts the seconds the caller spent in dataloader_next: reading, or
+// waiting for the thread (the data stall).
+//
+// Test hook: GPT2_TEST_READ_DELAY_MS=N makes every read sleep N ms (a slow disk).
+//
 // Header-only C11 that also compiles as C++ (the GPU trainer includes it).
 #ifndef COMMON_DATALOADER_H
 #define COMMON_DATALOADER_H
@@ -84,6 +91,13 @@ typedef struct DataLoader {
     int cur_shard; // -1 = none
     FILE *f;
     uint8_t *buf;  // (B*T+1) tokens of up to 4 bytes
+    // background reading (common/loader_thread.h): NULL, or the thread's state and its calls
+    void *bg;
+    void (*bg_next)(struct DataLoader *dl, int *inputs, int *targets);
+    DataLoaderPos (*bg_pos)(const struct DataLoader *dl);
+    void (*bg_stop)(struct DataLoader *dl);
+    double data_s;       // seconds spent in dataloader_next (reading, or waiting for the thread)
+    int read_delay_ms;   // test hook GPT2_TEST_READ_DELAY_MS
 } DataLoader;
 
 // ---------------------------------------------------------------------------------------
@@ -293,9 +307,16 @@ static inline void dataloader_init(DataLoader *dl, const char *pattern, int B, i
     dl->cur_shard = -1;
     dl->buf = (uint8_t *)xmalloc(((size_t)B * T + 1) * 4);
     dl->epoch = dl->shard_index = dl->sample_index = 0;
+    const char *delay = getenv("GPT2_TEST_READ_DELAY_MS");
+    dl->read_delay_ms = delay ? atoi(delay) : 0;
 }
 
-static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
+// Reads the batch at the position and advances it (the thread's read, or the caller's).
+static inline void dataloader_read(DataLoader *dl, int *inputs, int *targets) {
+    if (dl->read_delay_ms > 0) {
+        struct timespec ts = {dl->read_delay_ms / 1000, (long)(dl->read_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     int shard = dl_shard_at(dl, dl->epoch, dl->shard_index);
     dl_open_shard(dl, shard);
     int64_t w = dl_window_at(dl, dl->epoch, shard, dl->sample_index);
@@ -329,6 +350,14 @@ static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
     }
 }
 
+// The next micro-batch: read now, or (background reading) taken from the thread's ring.
+static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
+    double t0 = wall_seconds();
+    if (dl->bg) dl->bg_next(dl, inputs, targets);
+    else dataloader_read(dl, inputs, targets);
+    dl->data_s += wall_seconds() - t0;
+}
+
 // Checks the token ids of every shard now (the trainer's start), instead of when each is
 // first read; verbose: say what is checked and how long it took.
 static inline void dataloader_check_all_ids(DataLoader *dl, int verbose) {
@@ -347,6 +376,7 @@ static inline void dataloader_check_all_ids(DataLoader *dl, int verbose) {
 }
 
 static inline void dataloader_reset(DataLoader *dl) {
+    if (dl->bg) fatal("internal: dataloader_reset on '%s' while its thread reads ahead", dl->pattern);
     dl->epoch = dl->shard_index = dl->sample_index = 0;
 }
 
@@ -354,7 +384,8 @@ static inline int64_t dataloader_batches_per_epoch(const DataLoader *dl) {
     return dl->batches_per_epoch;
 }
 
-static inline DataLoaderPos dataloader_get_pos(const DataLoader *dl) {
+// The position of the next batch dataloader_read reads.
+static inline DataLoaderPos dl_read_pos(const DataLoader *dl) {
     DataLoaderPos p;
     memset(&p, 0, sizeof(p));
     p.epoch = dl->epoch;
@@ -369,8 +400,15 @@ static inline DataLoaderPos dataloader_get_pos(const DataLoader *dl) {
     return p;
 }
 
+// The position of the next batch the caller will get (with background reading: after
+// the last batch taken, not the thread's read-ahead).
+static inline DataLoaderPos dataloader_get_pos(const DataLoader *dl) {
+    return dl->bg ? dl->bg_pos(dl) : dl_read_pos(dl);
+}
+
 static inline void dataloader_set_pos(DataLoader *dl, DataLoaderPos p) {
     const char *pat = dl->pattern;
+    if (dl->bg) fatal("internal: dataloader_set_pos on '%s' while its thread reads ahead", pat);
     if (p.magic != DATALOADER_POS_MAGIC)
         fatal("data loader position for '%s' is corrupt (bad magic 0x%08x)", pat, (unsigned)p.magic);
     if (p.B != dl->B || p.T != dl->T || p.world != dl->world)
@@ -405,6 +443,7 @@ static inline void dataloader_set_pos(DataLoader *dl, DataLoaderPos p) {
 }
 
 static inline void dataloader_free(DataLoader *dl) {
+    if (dl->bg) dl->bg_stop(dl);
     if (dl->f) fclose(dl->f);
     for (int i = 0; i < dl->num_shards; i++) free(dl->paths[i]);
     free(dl->paths);

@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "hellaswag.h"
+#include "loader_thread.h"
 #include "logger.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -23,6 +24,7 @@ typedef struct {
     const char *hellaswag_file;
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped, hellaswag, ckpt_keep, ckpt_major, top_k;
+    int loader_threads;
     float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z, top_p;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
@@ -74,7 +76,7 @@ static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, Ar
     return s;
 }
 
-#define TRAIN_OPTIONS_COUNT 37
+#define TRAIN_OPTIONS_COUNT 38
 
 // Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
 // A trainer appends its own options after these.
@@ -137,6 +139,8 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
                           "1: HellaSwag accuracy every -v steps and at the end (llm.c's flag; -h alone: help)");
     specs[n++] = arg_spec(NULL, "--hellaswag-file", ARG_STRING, &o->hellaswag_file,
                           "the HellaSwag eval file for -h 1 (llm.c's format; dev/data/hellaswag.py builds it)");
+    specs[n++] = arg_spec(NULL, "--loader-threads", ARG_INT, &o->loader_threads,
+                          "1: read the training batches on a thread ahead of the step, 0: in the training loop");
     specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data,
                           "1: check every training token id at start, 0: each shard when first read (validation "
                           "shards: always at start)");
@@ -202,6 +206,8 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->overfit != 0 && o->overfit != 1) fatal("-a must be 0 or 1");
     if (o->shuffle != 0 && o->shuffle != 1) fatal("--shuffle must be 0 or 1");
     if (o->check_data != 0 && o->check_data != 1) fatal("--check-data must be 0 or 1");
+    if (o->loader_threads != 0 && o->loader_threads != 1)
+        fatal("--loader-threads must be 0 or 1 (one thread reads ahead of any step: reads are sequential)");
     if (o->max_skipped < 0) fatal("--max-skipped-updates must be >= 0 (0: never stop)");
     if (!(o->skip_loss_z >= 0) || !(o->skip_norm_z >= 0)) fatal("-sl and -sg must be >= 0 (0: never skip)");
     if (o->hellaswag != 0 && o->hellaswag != 1) fatal("-h must be 0 or 1 (help: --help)");
@@ -299,6 +305,19 @@ static inline void train_data_open(TrainData *d, TrainOptions *o, int vocab_size
     }
     d->sched = o->sched;
     d->sched.total_steps = d->max_steps;
+}
+
+// After any resume: --loader-threads 1 starts reading the training batches ahead.
+static inline void train_data_start_reading(TrainData *d, const TrainOptions *o) {
+    if (o->loader_threads) loader_thread_start(&d->train);
+}
+
+// The data stall over the run's steps: the time the training loop spent getting its
+// batches (reading them, or waiting for the loader thread), per step.
+static inline void report_data_stall(const TrainData *d, const TrainOptions *o, int steps) {
+    if (steps > 0)
+        printf("data: %.2f ms per step getting the training batches (%s)\n", 1e3 * d->train.data_s / steps,
+               o->loader_threads ? "from the loader thread" : "read in the training loop");
 }
 
 static inline void train_data_close(TrainData *d) {

@@ -8,6 +8,7 @@
 // Failure cases run in forked children; the parent checks the exit status and stderr.
 #include "testutil.h"
 #include "../../common/dataloader.h"
+#include "../../common/loader_thread.h"
 #include <dirent.h>
 
 static char g_dir[512];
@@ -241,6 +242,59 @@ static void t_resume(void) {
     check_resume(0, 3, 20, 40);
 }
 
+// The loader thread (--loader-threads 1) against plain reads: the same batches in the same
+// order, over epochs, with shuffling and ranks, started at a restored position; after each
+// batch taken, the same position as the plain loader's (not the thread's read-ahead); and
+// freed while it waits on a full ring, or mid-read. Run under ASan/UBSan.
+static void check_thread(int shuffle, int world, int64_t start, int64_t m) {
+    char *pat = good_pattern();
+    int B = 1, T = 4, bt = B * T;
+    int in1[4], tg1[4], in2[4], tg2[4];
+    for (int r = 0; r < world; r++) {
+        DataLoader a, b;
+        dataloader_init(&a, pat, B, T, r, world, shuffle, 42, VOCAB);
+        dataloader_init(&b, pat, B, T, r, world, shuffle, 42, VOCAB);
+        for (int64_t i = 0; i < start; i++) dataloader_next(&a, in1, tg1);
+        dataloader_set_pos(&b, dataloader_get_pos(&a));
+        loader_thread_start(&b);
+        DataLoaderPos pa = dataloader_get_pos(&a), pb = dataloader_get_pos(&b);
+        CHECK(memcmp(&pa, &pb, sizeof pa) == 0, "shuffle %d world %d: the thread's position before any batch",
+              shuffle, world);
+        for (int64_t i = 0; i < m; i++) {
+            dataloader_next(&a, in1, tg1);
+            dataloader_next(&b, in2, tg2);
+            CHECK(memcmp(in1, in2, sizeof(int) * (size_t)bt) == 0 && memcmp(tg1, tg2, sizeof(int) * (size_t)bt) == 0,
+                  "shuffle %d world %d rank %d: batch %lld from the thread differs", shuffle, world, r, (long long)i);
+            pa = dataloader_get_pos(&a);
+            pb = dataloader_get_pos(&b);
+            CHECK(memcmp(&pa, &pb, sizeof pa) == 0, "shuffle %d world %d rank %d: position after batch %lld differs",
+                  shuffle, world, r, (long long)i);
+        }
+        dataloader_free(&a);
+        dataloader_free(&b);  // the thread is stopped first, waiting on its full ring or mid-read
+    }
+    free(pat);
+}
+
+static void t_thread(void) {
+    // 77 batches per epoch at world 1: three epochs cross every shard and epoch boundary
+    check_thread(0, 1, 0, 240);
+    check_thread(1, 1, 30, 240);
+    check_thread(1, 2, 5, 100);
+    check_thread(0, 3, 11, 60);
+    // started and freed at once, and freed right after one batch
+    char *pat = good_pattern();
+    int in[4], tg[4];
+    for (int k = 0; k < 20; k++) {
+        DataLoader d;
+        dataloader_init(&d, pat, 1, 4, 0, 1, 1, 7, VOCAB);
+        loader_thread_start(&d);
+        if (k % 2) dataloader_next(&d, in, tg);
+        dataloader_free(&d);
+    }
+    free(pat);
+}
+
 static void t_version2(void) {
     // uint32 tokens with ids above 65535
     write_shard_raw("v2_0.bin", SHARD_MAGIC, 2, 50, 0, 50, 4, 7, 70000);
@@ -387,6 +441,7 @@ int main(void) {
     run_case("rank split (world 2, 3)", t_ranks);
     run_case("shuffle determinism and coverage", t_shuffle);
     run_case("save/restore position", t_resume);
+    run_case("loader thread: same batches and positions", t_thread);
     run_case("version 2 (uint32) shards", t_version2);
     run_case("bad shard: wrong magic", t_bad_magic);
     run_case("bad shard: wrong version", t_bad_version);

@@ -149,6 +149,34 @@ else bad "resume is not bit-exact:"; diff <(losses $W/full.txt) <(losses $W/resu
 if cmp -s $W/full/model_00000010.bin $W/part/model_00000010.bin; then ok "final checkpoints are identical"
 else bad "final checkpoints differ"; fi
 
+# --loader-threads 1: the same batches in the same order, so the same steps; a run resumed
+# from the thread's checkpoint (taken while it read ahead) repeats the uninterrupted run;
+# with every read throttled to 20 ms (a slow disk) the training loop waits for its batches
+# without the thread and not with it
+./train_gpt2 $ARGS --loader-threads 1 -o $W/thr_full > $W/thr_full.txt 2>&1 || bad "--loader-threads 1 run failed"
+if [ "$(losses $W/full.txt)" = "$(losses $W/thr_full.txt)" ] && cmp -s $W/full/model_00000010.bin \
+    $W/thr_full/model_00000010.bin; then ok "--loader-threads 1: the same steps and final model as without"
+else bad "--loader-threads 1 differs:"; diff <(losses $W/full.txt) <(losses $W/thr_full.txt); fi
+./train_gpt2 $ARGS --loader-threads 1 -o $W/thr_part > /dev/null 2>&1 || bad "--loader-threads 1 partial run failed"
+rm -f $W/thr_part/model_00000010.bin $W/thr_part/state_00000010.bin
+./train_gpt2 $ARGS --loader-threads 1 -o $W/thr_part -y 1 > $W/thr_resumed.txt 2>&1 || bad "thread resume failed"
+if [ "$(losses $W/full.txt)" = "$(losses $W/thr_resumed.txt)" ] && cmp -s $W/full/model_00000010.bin \
+    $W/thr_part/model_00000010.bin; then ok "--loader-threads 1: resumed at step 5, bit-exact to the end"
+else bad "--loader-threads 1 resume is not bit-exact"; fi
+stall() { grep -o 'data: [0-9.]* ms per step' "$1" | awk '{print $2}'; }
+for thr in 0 1; do
+    GPT2_TEST_READ_DELAY_MS=20 ./train_gpt2 -e l2h2c64t64 -b 4 -t 64 -x 30 -v 0 -s 0 --loader-threads $thr \
+        > $W/slow$thr.txt 2>&1 || bad "throttled run with --loader-threads $thr failed"
+done
+s0=$(stall $W/slow0.txt)
+s1=$(stall $W/slow1.txt)
+# the reads alone take 20 ms; a step of this model takes longer, so the thread keeps ahead
+# (its first batch is waited for: 20 ms over 30 steps)
+if [ -n "$s0" ] && [ -n "$s1" ] && awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a >= 19 && b < 5) }'; then
+    ok "20 ms reads: the loop waits $s0 ms a step without the thread, $s1 ms with it"
+else bad "20 ms reads: waits '$s0' ms a step without the thread, '$s1' with it (expected >= 19 and < 5)"; fi
+TRAINER=./train_gpt2 expect_error "--loader-threads 2" "--loader-threads must be 0 or 1" $SMALL --loader-threads 2
+
 # --check-data 0: a bad train shard is found when it is first read, and named
 ./train_gpt2 $SMALL -x 100 -i "$W/bad_*.bin" -j "" --check-data 0 > $W/late.txt 2> $W/late_err.txt
 st=$?
