@@ -103,8 +103,8 @@ static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, 
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps);
-// then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where a
-// micro-batch fits, when that micro-batch is larger than any above;
+// then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where it
+// fits a larger micro-batch than any above;
 // then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
 // or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
 // B*T*ranks) at which some micro-batch fits.
@@ -131,15 +131,13 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         lean.moments_bf16 = 1;
         for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
             int b = memory_largest_B(budget, lean, r, now.ranks, now.zero_stage, plan, ctx, &need);
-            if (!b) continue;
-            if (b > last_b) {
-                MemorySetting s = lean;
-                s.B = b;
-                s.recompute = r;
-                memory_change_text(what, sizeof what, now, s);
-                memory_suggest(msg, cap, what, need, now.ranks > 1);
-                found++;
-            }
+            if (b <= last_b) continue;
+            MemorySetting s = lean;
+            s.B = b;
+            s.recompute = r;
+            memory_change_text(what, sizeof what, now, s);
+            memory_suggest(msg, cap, what, need, now.ranks > 1);
+            found++;
             break;
         }
     }

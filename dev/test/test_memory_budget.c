@@ -263,8 +263,8 @@ static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemoryS
     *n_lean = 0;
     if (!now.moments_bf16 && beaten < now.B) {
         int r = now.recompute;
-        while (r <= MEMORY_MAX_RECOMPUTE && !best[1][k_now][now.zero_stage][r]) r++;
-        if (r <= MEMORY_MAX_RECOMPUTE && best[1][k_now][now.zero_stage][r] > beaten) {
+        while (r <= MEMORY_MAX_RECOMPUTE && best[1][k_now][now.zero_stage][r] <= beaten) r++;
+        if (r <= MEMORY_MAX_RECOMPUTE) {
             out[n++] = setting(best[1][k_now][now.zero_stage][r], r, now.ranks, now.zero_stage, now.total_batch,
                                now.T, 1);
             *n_lean = 1;
@@ -324,18 +324,20 @@ static void expect_suggestions(const char *what, const FakePlan *p, MemorySettin
 
 static void test_hand_local_and_zero(void) {
     // 24 GiB: 18 GiB before activations leaves 6 for B at 1/2, 1/4, 1/8 GiB each: 12, 24, 48,
-    // the largest divisors of 512 below them are 8, 16, 32; bf16 moments fit first at -r 0
-    // (14 GiB leaves 10, B 20 -> 16), no more than 32, so not listed; ZeRO-1 over 2 ranks leaves
-    // 12 GiB, B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB, B 28 -> 16
+    // the largest divisors of 512 below them are 8, 16, 32; bf16 moments (14 GiB leaves 10)
+    // give B 16 at -r 0 and 32 at -r 1, no more than 32, and 64 at -r 2: listed there;
+    // ZeRO-1 over 2 ranks leaves 12 GiB, B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB,
+    // B 28 -> 16
     expect_suggestions("24 GiB", &hand_plan, hand_now(), 24 * GIB,
                        "\n  -b 8 (64 micro-steps per step): 22.00 GiB"
                        "\n  -r 1 -b 16 (32 micro-steps per step): 22.00 GiB"
                        "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB"
+                       "\n  --optimizer-state bf16 -r 2: 22.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 20.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
-                       5);
+                       6);
     // 16 GiB: nothing fits on one GPU with fp32 moments (18 GiB before activations); with bf16
     // moments 14 GiB leaves 2, B 4 at -r 0; ZeRO-1 over 2 ranks (fp32 moments, as the run) leaves
     // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8
@@ -361,17 +363,19 @@ static void test_hand_optimizer_state(void) {
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
                        6);
-    // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5 at -r 0, B 10 -> 8, no
-    // larger than -r 2's 8: not listed (only a larger micro-batch is worth the change)
-    expect_suggestions("19 GiB, bf16 only ties", &hand_plan, hand_now(), 19 * GIB,
+    // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5: at -r 0 B 10 -> 8, no
+    // larger than -r 2's 8, so not there (only a larger micro-batch is worth the change); at
+    // -r 1 B 20 -> 16: listed
+    expect_suggestions("19 GiB, bf16 ties at -r 0", &hand_plan, hand_now(), 19 * GIB,
                        "\n  -b 2 (256 micro-steps per step): 19.00 GiB"
                        "\n  -r 1 -b 4 (128 micro-steps per step): 19.00 GiB"
                        "\n  -r 2 -b 8 (64 micro-steps per step): 19.00 GiB"
+                       "\n  --optimizer-state bf16 -r 1 -b 16 (32 micro-steps per step): 18.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
-                       5);
+                       6);
     // 14.25 GiB: nothing with fp32 moments; with bf16 no B fits at -r 0 (14.5 for B 1), B 1 at
     // -r 1: the lowest level where one fits, with the -r change
     expect_suggestions("14.25 GiB, bf16 at -r 1", &hand_plan, hand_now(), 14 * GIB + GIB / 4,
