@@ -1290,7 +1290,8 @@ int main(int argc, char **argv) {
     const PlanSettings plan = {cfg, T, master_weights, flash, deterministic};
     // (before the data is read: -d -1 is resolved there, to B*T*ranks)
     const long tokens_per_step = o.total_batch == -1 ? (long)B * T * pg.world : o.total_batch;
-    const MemorySetting setting = {B, recompute, pg.world, model.zero_stage, tokens_per_step, T, moments_bf16};
+    const MemorySetting setting = {B,  recompute, pg.world, model.zero_stage, tokens_per_step, T, moments_bf16,
+                                   o.total_batch == -1};
     if (max_memory) {
         DevicePlan d = gpt2_device_plan(&plan, setting);
         char text[256];
@@ -1426,9 +1427,9 @@ int main(int argc, char **argv) {
         if (PRECISION == PRECISION_FP16 && loss_scaler_update(&model.scaler, loss, norm) < 0)  // every rank: one norm
             logger_printf(&lg, "loss scale halved to %g\n", model.scaler.scale);
         if (step == start_step) peak_used = max_size(peak_used, device_used_bytes());
-        // evaluation, sample, checkpoint (their energy is not the step's)
-        const int other =
-            val_due(&o, data.have_val, step1, last) || sample_due(&o, can_sample, step1, last) || ckpt_due;
+        // evaluation, HellaSwag, sample, checkpoint (their energy is not the step's)
+        const int other = val_due(&o, data.have_val, step1, last) || hellaswag_due(&o, step1, last) ||
+                          sample_due(&o, can_sample, step1, last) || ckpt_due;
         step_meter_pause(&meter, step, other);
         after_step(&o, data.have_val, can_sample, &lg, &run, step1, last, between, &tr);
         step_meter_resume(&meter, step, other);

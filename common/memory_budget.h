@@ -17,6 +17,7 @@ typedef struct {
     long total_batch;
     int T;
     int moments_bf16;
+    int total_batch_implied;  // 1: the run left -d at -1 (B*T*ranks): a suggestion names -d to keep it
 } MemorySetting;
 
 // micro-steps per step of s (0: its tokens per step are not a multiple of B*T*ranks)
@@ -94,6 +95,8 @@ static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, 
         n += snprintf(buf + n, cap - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks, s.ranks);
     if (s.recompute != now.recompute) n += snprintf(buf + n, cap - n, "-r %d ", s.recompute);
     if (s.B != now.B) n += snprintf(buf + n, cap - n, "-b %d ", s.B);
+    if (now.total_batch_implied && (s.B != now.B || s.ranks != now.ranks))
+        n += snprintf(buf + n, cap - n, "-d %ld ", now.total_batch);
     if (n && buf[n - 1] == ' ') buf[--n] = 0;
     if (s.B != now.B || s.ranks != now.ranks)
         snprintf(buf + n, cap - n, " (%ld micro-steps per step%s)", memory_micro_steps(s),

@@ -5,6 +5,7 @@
 
 #define _GNU_SOURCE 1
 #include <errno.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,12 +36,27 @@ static inline void fatal_exit(void) {
     exit(1);
 }
 
+// A thread that must not end the process itself (the data loader's, common/loader_thread.h)
+// sets its g_fatal_trap: fatal() in that thread then keeps the message and jumps back to
+// the trap's setjmp, and the thread hands the message to the main thread, which stops the
+// run when it reaches the failed work, as it would have stopped without the thread.
+typedef struct {
+    jmp_buf jump;
+    char msg[1024];
+} FatalTrap;
+static __thread FatalTrap *g_fatal_trap = NULL;
+
 // fatal: print "error: <message>" to stderr and exit(1). Messages should name the file
 // or flag at fault and say what to change.
 __attribute__((noreturn, format(printf, 1, 2)))
 static inline void fatal(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    if (g_fatal_trap) {
+        vsnprintf(g_fatal_trap->msg, sizeof g_fatal_trap->msg, fmt, ap);
+        va_end(ap);
+        longjmp(g_fatal_trap->jump, 1);
+    }
     fflush(stdout);
     fprintf(stderr, "error: ");
     if (g_fatal_context[0]) fprintf(stderr, "while %s: ", g_fatal_context);

@@ -345,6 +345,50 @@ static void t_bad_short(void) { bad_case("shorter than a batch", "fewer than one
 static void t_bad_id(void) { bad_case("id >= vocab", "token 37 has id 60000", NULL, SHARD_MAGIC, 1, 40, 40, 2, 37, 60000); }
 static void t_bad_id_v2(void) { bad_case("id >= vocab (v2)", "token 0 has id 50257", NULL, SHARD_MAGIC, 2, 40, 40, 4, 0, 50257); }
 
+// Reads two epochs, with the loader thread when arg is "1", saying on stderr after each
+// batch taken that it was taken.
+static void child_read_counting(const char *arg) {
+    char *pat = path_in("bad_*.bin");
+    DataLoader dl;
+    dataloader_init(&dl, pat, 2, 4, 0, 1, 0, 0, VOCAB);
+    if (arg[0] == '1') loader_thread_start(&dl);
+    int in[8], tg[8];
+    for (int64_t b = 0; b < 2 * dataloader_batches_per_epoch(&dl); b++) {
+        dataloader_next(&dl, in, tg);
+        fprintf(stderr, "taken\n");
+    }
+    dataloader_free(&dl);
+    free(pat);
+}
+
+static int count_taken(const char *err) {
+    int n = 0;
+    for (const char *p = err; (p = strstr(p, "taken\n")) != NULL; p++) n++;
+    return n;
+}
+
+// A bad shard read by the loader thread stops the reader when it takes the batch that
+// read was for, with the same message from the same place: not earlier (its read-ahead).
+static void t_bad_id_thread(void) {
+    remove_all("bad_");
+    write_shard("bad_0.bin", 0, 40);
+    write_shard_raw("bad_1.bin", SHARD_MAGIC, 1, 40, 1, 40, 2, 37, 60000);
+    char *plain, *thread;
+    int rc0 = run_child(child_read_counting, "0", &plain), rc1 = run_child(child_read_counting, "1", &thread);
+    CHECK(rc0 == 1 && rc1 == 1, "exit status %d without the thread, %d with it (expected 1, 1)", rc0, rc1);
+    CHECK(count_taken(plain) == count_taken(thread) && count_taken(plain) > 0,
+          "batches taken before the error: %d without the thread, %d with it", count_taken(plain),
+          count_taken(thread));
+    // the error lines (a leak report of the exiting process may follow them)
+    char *e0 = strstr(plain, "error: "), *e1 = strstr(thread, "error: ");
+    if (e0 && strchr(e0, '\n')) *strchr(e0, '\n') = 0;
+    if (e1 && strchr(e1, '\n')) *strchr(e1, '\n') = 0;
+    CHECK(e0 && e1 && strcmp(e0, e1) == 0 && strstr(e1, "bad_1.bin") && strstr(e1, "token 37 has id 60000"),
+          "the messages differ or miss the shard: '%s' vs '%s'", e0 ? e0 : "", e1 ? e1 : "");
+    free(plain);
+    free(thread);
+}
+
 static void t_bad_truncated_header(void) {
     remove_all("bad_");
     write_shard("bad_0.bin", 0, 40);
@@ -451,6 +495,7 @@ int main(void) {
     run_case("bad shard: shorter than one batch", t_bad_short);
     run_case("bad shard: id >= vocab", t_bad_id);
     run_case("bad shard: id >= vocab (v2)", t_bad_id_v2);
+    run_case("bad shard read by the loader thread", t_bad_id_thread);
     run_case("bad shard: directory", t_bad_directory);
     run_case("no glob match", t_no_match);
     run_case("set_pos validation", t_set_pos_checks);

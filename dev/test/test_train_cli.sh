@@ -112,6 +112,9 @@ if [ -x ./train_gpt2cu ]; then
         "-z 1 over 2 ranks (mpirun -np 2) -r 3 -b 2" -e d48 -b 16 -t 1024 -d 524288 -r 0 --max-device-memory 16G
     expect_error "13 GiB: whole-block recomputation keeps B=64" "-r 3: 12.09 GiB" -e d12 -b 64 -t 1024 -d 524288 \
         --max-device-memory 13G
+    # without -d the tokens per step are B*T: a smaller -b comes with the -d that keeps them
+    expect_error "a suggestion keeps the implied -d" "-b 32 -d 65536 (2 micro-steps per step)" -e d12 -b 64 -t 1024 \
+        -r 0 --max-device-memory 16G
     expect_error "-r 4" "-r (recompute) must be 0, 1, 2 or 3" $SMALL -r 4
     export WORLD_SIZE=2 RANK=0
     expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
@@ -164,9 +167,9 @@ if [ "$(losses $W/full.txt)" = "$(losses $W/thr_resumed.txt)" ] && cmp -s $W/ful
     $W/thr_part/model_00000010.bin; then ok "--loader-threads 1: resumed at step 5, bit-exact to the end"
 else bad "--loader-threads 1 resume is not bit-exact"; fi
 stall() { grep -o 'data: [0-9.]* ms per step' "$1" | awk '{print $2}'; }
-for thr in 0 1; do
-    GPT2_TEST_READ_DELAY_MS=20 ./train_gpt2 -e l2h2c64t64 -b 4 -t 64 -x 30 -v 0 -s 0 --loader-threads $thr \
-        > $W/slow$thr.txt 2>&1 || bad "throttled run with --loader-threads $thr failed"
+for thr in 0 1; do  # one OpenMP thread: a step takes well over a read on any machine
+    GPT2_TEST_READ_DELAY_MS=20 OMP_NUM_THREADS=1 ./train_gpt2 -e l2h2c64t64 -b 4 -t 64 -x 30 -v 0 -s 0 \
+        --loader-threads $thr > $W/slow$thr.txt 2>&1 || bad "throttled run with --loader-threads $thr failed"
 done
 s0=$(stall $W/slow0.txt)
 s1=$(stall $W/slow1.txt)
@@ -176,6 +179,18 @@ if [ -n "$s0" ] && [ -n "$s1" ] && awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a >
     ok "20 ms reads: the loop waits $s0 ms a step without the thread, $s1 ms with it"
 else bad "20 ms reads: waits '$s0' ms a step without the thread, '$s1' with it (expected >= 19 and < 5)"; fi
 TRAINER=./train_gpt2 expect_error "--loader-threads 2" "--loader-threads must be 0 or 1" $SMALL --loader-threads 2
+# a bad shard the thread reads ahead stops the run at the same step, with the same message
+# and checkpoints, as without the thread (not up to four batches early)
+for thr in 0 1; do
+    ./train_gpt2 $SMALL -x 100 -i "$W/bad_*.bin" -j "" --check-data 0 -n 1 -o $W/badthr$thr --loader-threads $thr \
+        > $W/badthr$thr.txt 2> $W/badthr${thr}_err.txt
+done
+if [ "$(grep -c '^step' $W/badthr0.txt)" = "$(grep -c '^step' $W/badthr1.txt)" ] &&
+   [ "$(grep -c '^step' $W/badthr0.txt)" -gt 0 ] && cmp -s $W/badthr0_err.txt $W/badthr1_err.txt &&
+   [ "$(ls $W/badthr0 | grep -c model_)" = "$(ls $W/badthr1 | grep -c model_)" ]; then
+    ok "a bad shard read ahead by the thread stops the run at step $(grep -c '^step' $W/badthr1.txt), as without it"
+else bad "bad shard with the thread: $(grep -c '^step' $W/badthr1.txt) steps, without $(grep -c '^step' $W/badthr0.txt);" \
+    "$(cat $W/badthr1_err.txt)"; fi
 
 # --check-data 0: a bad train shard is found when it is first read, and named
 ./train_gpt2 $SMALL -x 100 -i "$W/bad_*.bin" -j "" --check-data 0 > $W/late.txt 2> $W/late_err.txt
