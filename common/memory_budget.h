@@ -64,43 +64,47 @@ static inline int memory_fits(MemoryPlanFn plan, const void *ctx, MemorySetting 
     return *need != SIZE_MAX && *need <= budget;
 }
 
-// Appends one suggestion line to msg.
-static inline void memory_suggest(char *msg, size_t cap, const char *what, size_t need, int per_gpu) {
-    char g[32];
-    size_t len = strlen(msg);
-    snprintf(msg + len, cap - len, "\n  %s: %s%s", what, gib_text(g, sizeof g, need), per_gpu ? " per GPU" : "");
+// base with micro-batch b, recompute level r, and the parallel setting (ranks, ZeRO stage)
+static inline MemorySetting memory_setting(MemorySetting base, int b, int r, int ranks, int stage) {
+    base.B = b;
+    base.recompute = r;
+    base.ranks = ranks;
+    base.zero_stage = stage;
+    return base;
 }
 
-// The largest micro-batch b <= now.B that keeps the tokens per step (a whole number of
-// micro-steps) and fits with recompute level r and this parallel setting; 0: none.
-static inline int memory_largest_B(size_t budget, MemorySetting now, int r, int ranks, int stage, MemoryPlanFn plan,
+// The largest micro-batch b <= base.B that keeps the tokens per step (a whole number of
+// micro-steps) and fits with recompute level r and this parallel setting (base's moments);
+// 0: none.
+static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int ranks, int stage, MemoryPlanFn plan,
                                    const void *ctx, size_t *need) {
-    for (int b = now.B; b >= 1; b--) {
-        MemorySetting s = now;  // with now's moments
-        s.B = b;
-        s.recompute = r;
-        s.ranks = ranks;
-        s.zero_stage = stage;
+    for (int b = base.B; b >= 1; b--) {
+        MemorySetting s = memory_setting(base, b, r, ranks, stage);
         if (memory_micro_steps(s) && memory_fits(plan, ctx, s, budget, need)) return b;
     }
     return 0;
 }
 
-// The change of flags from now to s, e.g. "-b 16 -r 2 (the same tokens per step in 4x the micro-steps)".
-static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, MemorySetting s) {
-    buf[0] = 0;
+// Appends to msg the line for s: the change of flags from now, e.g. "-r 2 -b 16 (32
+// micro-steps per step)", and what s needs.
+static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, MemorySetting s, size_t need) {
+    char buf[200], g[32];
     size_t n = 0;
-    if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, cap - n, "--optimizer-state bf16 ");
+    buf[0] = 0;
+    if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, sizeof buf - n, "--optimizer-state bf16 ");
     if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
-        n += snprintf(buf + n, cap - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks, s.ranks);
-    if (s.recompute != now.recompute) n += snprintf(buf + n, cap - n, "-r %d ", s.recompute);
-    if (s.B != now.B) n += snprintf(buf + n, cap - n, "-b %d ", s.B);
+        n += snprintf(buf + n, sizeof buf - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks,
+                      s.ranks);
+    if (s.recompute != now.recompute) n += snprintf(buf + n, sizeof buf - n, "-r %d ", s.recompute);
+    if (s.B != now.B) n += snprintf(buf + n, sizeof buf - n, "-b %d ", s.B);
     if (now.total_batch_implied && (s.B != now.B || s.ranks != now.ranks))
-        n += snprintf(buf + n, cap - n, "-d %ld ", now.total_batch);
+        n += snprintf(buf + n, sizeof buf - n, "-d %ld ", now.total_batch);
     if (n && buf[n - 1] == ' ') buf[--n] = 0;
     if (s.B != now.B || s.ranks != now.ranks)
-        snprintf(buf + n, cap - n, " (%ld micro-steps per step%s)", memory_micro_steps(s),
+        snprintf(buf + n, sizeof buf - n, " (%ld micro-steps per step%s)", memory_micro_steps(s),
                  s.ranks > 1 ? " on each rank" : "");
+    size_t len = strlen(msg);
+    snprintf(msg + len, cap - len, "\n  %s: %s%s", buf, gib_text(g, sizeof g, need), s.ranks > 1 ? " per GPU" : "");
 }
 
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
@@ -113,18 +117,13 @@ static inline void memory_change_text(char *buf, size_t cap, MemorySetting now, 
 // B*T*ranks) at which some micro-batch fits.
 static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx, char *msg,
                                      size_t cap) {
-    char what[200];
     size_t need;
     int found = 0, last_b = 0;
     msg[0] = 0;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = memory_largest_B(budget, now, r, now.ranks, now.zero_stage, plan, ctx, &need);
         if (!b || b <= last_b) continue;  // more recomputation is only worth it for a larger micro-batch
-        MemorySetting s = now;
-        s.B = b;
-        s.recompute = r;
-        memory_change_text(what, sizeof what, now, s);
-        memory_suggest(msg, cap, what, need, now.ranks > 1);
+        memory_suggest(msg, cap, now, memory_setting(now, b, r, now.ranks, now.zero_stage), need);
         found++;
         last_b = b;
         if (b == now.B) break;
@@ -135,11 +134,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
             int b = memory_largest_B(budget, lean, r, now.ranks, now.zero_stage, plan, ctx, &need);
             if (b <= last_b) continue;
-            MemorySetting s = lean;
-            s.B = b;
-            s.recompute = r;
-            memory_change_text(what, sizeof what, now, s);
-            memory_suggest(msg, cap, what, need, now.ranks > 1);
+            memory_suggest(msg, cap, now, memory_setting(lean, b, r, now.ranks, now.zero_stage), need);
             found++;
             break;
         }
@@ -151,13 +146,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
             for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !done; r++) {
                 int b = memory_largest_B(budget, now, r, ranks, stage, plan, ctx, &need);
                 if (!b) continue;
-                MemorySetting s = now;
-                s.B = b;
-                s.recompute = r;
-                s.ranks = ranks;
-                s.zero_stage = stage;
-                memory_change_text(what, sizeof what, now, s);
-                memory_suggest(msg, cap, what, need, 1);
+                memory_suggest(msg, cap, now, memory_setting(now, b, r, ranks, stage), need);
                 found++;
                 done = 1;
             }
