@@ -64,6 +64,7 @@ int main(int argc, char **argv) {
     float grad_tol = 0.0f;
     int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT;
     const char *optimizer_state = "fp32";
+    int offload = 0;
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
@@ -77,6 +78,7 @@ int main(int argc, char **argv) {
         {NULL, "--deterministic", ARG_INT, &deterministic,
          "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
         {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
+        {NULL, "--offload", ARG_INT, &offload, "1: master weights and moments in pinned host memory"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
@@ -86,6 +88,7 @@ int main(int argc, char **argv) {
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
         fatal("--optimizer-state must be fp32 or bf16");
+    if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1");
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
     snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
@@ -107,16 +110,18 @@ int main(int argc, char **argv) {
         fatal("--flash-attention 1: flash attention does not support this build or head size");
     model.deterministic = deterministic;
     model.moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
+    model.offload = offload;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) model.scaler.scale = 1024.0f;
     printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s, "
-           "%s moments\n",
+           "%s moments%s\n",
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, recompute,
            g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
-           flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32");
+           flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32",
+           offload ? ", optimizer state in host memory" : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 

@@ -41,6 +41,7 @@
 #include "kernels/classifier.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/adamw.cuh"
+#include "kernels/offload.cuh"
 #include "kernels/comm.cuh"
 
 // The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's
@@ -138,6 +139,7 @@ typedef struct {
     float *master;                              // fp32 master weights (NULL: none), this rank's shard
     void *m, *v;                                // AdamW moments, this rank's shard (zl.shard_elems)
     int moments_bf16;                           // 1: m and v in bf16 (set before gpt2_build), else fp32
+    int offload;                                // 1: master, m and v in mapped host memory (set before gpt2_build)
     floatX *gshard;                             // ZeRO-2: this rank's summed gradient chunks (zl.shard_elems)
     // data parallel: this process is rank of world; the optimizer's layout is sharded over
     // the ranks for ZeRO >= 1 (over one rank, i.e. unsharded, otherwise)
@@ -345,8 +347,9 @@ static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
     size_t ns = m->zl.shard_elems, slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     d.params = m->num_params * sizeof(floatX);
     d.grads = (gradient_elems(m, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
-    d.optimizer = ns * 2 * adamw_moment_bytes(s.moments_bf16) +
-                  (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
+    d.optimizer = s.offload ? 0  // in host memory
+                            : ns * 2 * adamw_moment_bytes(s.moments_bf16) +
+                                  (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
     size_t bytes[ACT_BUFFERS];
     activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
     for (int i = 0; i < ACT_BUFFERS; i++) (i >= ACT_FIRST_SCRATCH ? d.scratch : d.acts) += bytes[i];
@@ -421,18 +424,16 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     model->master = NULL;
 #if PRECISION != PRECISION_FP32
     if (use_master) {
-        CUDA_CHECK(cudaMalloc(&model->master, ns * sizeof(float)));
-        CUDA_CHECK(cudaMemcpy(model->master, shard ? shard : host_params, ns * sizeof(float), cudaMemcpyHostToDevice));
+        model->master = (float *)optimizer_state_alloc(ns * sizeof(float), model->offload);
+        CUDA_CHECK(cudaMemcpy(model->master, shard ? shard : host_params, ns * sizeof(float), cudaMemcpyDefault));
     }
 #else
     (void)use_master;
 #endif
     free(shard);
     const size_t mb = adamw_moment_bytes(model->moments_bf16);
-    CUDA_CHECK(cudaMalloc(&model->m, ns * mb));
-    CUDA_CHECK(cudaMalloc(&model->v, ns * mb));
-    CUDA_CHECK(cudaMemset(model->m, 0, ns * mb));
-    CUDA_CHECK(cudaMemset(model->v, 0, ns * mb));
+    model->m = optimizer_state_alloc(ns * mb, model->offload);
+    model->v = optimizer_state_alloc(ns * mb, model->offload);
     CUDA_CHECK(cudaMalloc(&model->info, INFO_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->info, 0, INFO_SLOTS * sizeof(float)));
 
@@ -471,9 +472,11 @@ static void gpt2_free(GPT2 *model) {
                     a->residual3,   a->encoded,   a->attproj,      a->fcproj,    a->lnf,           a->lnf_mean,
                     a->lnf_rstd,    a->logits,    a->losses,       a->dresidual, a->dln,           a->datty,
                     a->dfch,        a->dqkv,      a->attn_scratch, a->lse,       a->flash_scratch, a->fscratch,
-                    model->params,  model->grads, model->master,   model->m,     model->v,         model->info,
-                    model->d_batch, model->gshard};
+                    model->params,  model->grads, model->info,     model->d_batch, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+    optimizer_state_free(model->master, model->offload);
+    optimizer_state_free(model->m, model->offload);
+    optimizer_state_free(model->v, model->offload);
     for (int i = 0; i < 3; i++) { cudaFreeHost(model->h_batch[i]); cudaEventDestroy(model->h_batch_sent[i]); }
     free(model->bucket_counts);
     cudaEventDestroy(model->ev_compute);
@@ -950,7 +953,7 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
     adamw_moments_download(s.v, model->v, ns, model->moments_bf16);
     if (model->master) {
         s.master = host;  // reuse the buffer
-        CUDA_CHECK(cudaMemcpy(s.master, model->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(s.master, model->master, ns * sizeof(float), cudaMemcpyDefault));
     }
     // rank 0's state file marks the checkpoint complete, so it is written after the others'
     if (shard_rank != 0) train_state_write(sp, &s);
@@ -984,7 +987,7 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     train_state_read(sp, &s);
     adamw_moments_upload(model->m, s.m, ns, model->moments_bf16);
     adamw_moments_upload(model->v, s.v, ns, model->moments_bf16);
-    if (model->master) CUDA_CHECK(cudaMemcpy(model->master, s.master, ns * sizeof(float), cudaMemcpyHostToDevice));
+    if (model->master) CUDA_CHECK(cudaMemcpy(model->master, s.master, ns * sizeof(float), cudaMemcpyDefault));
     train_state_resume(&s, loader, run, rng);
     if (model->rank == 0) {
         if (s.has_ext) run_settings_report(s.settings, run->settings);
@@ -1156,11 +1159,12 @@ static void print_memory(const GPT2 *model, size_t in_use) {
     size_t grad_bytes = model->grad_elems * sizeof(floatX) + (model->gshard ? ns * sizeof(floatX) : 0);
     const size_t moments = 2 * adamw_moment_bytes(model->moments_bf16);
     size_t opt_bytes = (model->master ? ns * 4 : 0) + ns * moments;
-    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s), "
+    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s%s), "
            "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
            np * sizeof(floatX) * mib, grad_bytes * mib, model->master ? ns * 4 * mib : 0.0, ns * moments * mib,
-           model->moments_bf16 ? "bf16" : "fp32", model->act_bytes * mib, model->scratch_bytes * mib,
-           CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
+           model->moments_bf16 ? "bf16" : "fp32",
+           model->offload ? "; these and the master weights in pinned host memory" : "",
+           model->act_bytes * mib, model->scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
     if (model->world > 1) {
         size_t full_opt = (model->master ? np * 4 : 0) + np * moments, full_grad = np * sizeof(floatX);
         printf(
@@ -1179,10 +1183,10 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
-    int prefetch = 1, tf32 = 0, log_gpu = -1;
+    int prefetch = 1, tf32 = 0, log_gpu = -1, offload = 0;
     int deterministic = DETERMINISTIC_DEFAULT;
     const char *comm_name = "nccl", *max_memory_text = "", *optimizer_state = "fp32";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 19];
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 20];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute,
@@ -1216,6 +1220,9 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec(NULL, "--optimizer-state", ARG_STRING, &optimizer_state,
                                "AdamW's moments on the device: fp32, or bf16 (stochastically rounded, half the "
                                "memory; checkpoints hold fp32 either way)");
+    specs[nspecs++] = arg_spec(NULL, "--offload", ARG_INT, &offload,
+                               "1: the fp32 master weights and AdamW's moments in pinned host memory (the update "
+                               "reads and writes them over PCIe; same results), 0: on the device");
     specs[nspecs++] = arg_spec(NULL, "--max-device-memory", ARG_STRING, &max_memory_text,
                                "the most device memory the run may plan for, e.g. 16G (checked before any GPU "
                                "work; a run that does not fit stops naming settings that do); empty: no limit");
@@ -1264,6 +1271,7 @@ int main(int argc, char **argv) {
     if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
         fatal("--optimizer-state must be fp32 or bf16, got '%s'", optimizer_state);
     const int moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
+    if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1, got %d", offload);
     size_t max_memory = 0;
     if (*max_memory_text && !parse_bytes(max_memory_text, &max_memory))
         fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", max_memory_text);
@@ -1277,6 +1285,7 @@ int main(int argc, char **argv) {
     model.zero_stage = pg.world > 1 ? zero_stage : 0;  // one rank: nothing to shard
     model.deterministic = deterministic;
     model.moments_bf16 = moments_bf16;
+    model.offload = offload;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use --flash-attention 0",
@@ -1291,7 +1300,7 @@ int main(int argc, char **argv) {
     // (before the data is read: -d -1 is resolved there, to B*T*ranks)
     const long tokens_per_step = o.total_batch == -1 ? (long)B * T * pg.world : o.total_batch;
     const MemorySetting setting = {B,  recompute, pg.world, model.zero_stage, tokens_per_step, T, moments_bf16,
-                                   o.total_batch == -1};
+                                   o.total_batch == -1, offload};
     if (max_memory) {
         DevicePlan d = gpt2_device_plan(&plan, setting);
         char text[256];
@@ -1388,7 +1397,7 @@ int main(int argc, char **argv) {
     size_t peak_used = device_used_bytes();
     if (profile) prof_init();
     StepMeter meter;  // this rank's GPU board
-    step_meter_init(&meter, start_step, device_pci_bus_id());
+    step_meter_init(&meter, start_step, accum, device_pci_bus_id());
     const double t_run = wall_seconds();
     for (int step = start_step; step < max_steps; step++) {
         const int step1 = step + 1, last = step1 == max_steps, ckpt_due = checkpoint_due(&o, step1, last);
@@ -1454,6 +1463,7 @@ int main(int argc, char **argv) {
     if (rank0)
         printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
                pg.world > 1 ? "; rank 0's GPU" : "", (peak_used - used0) * mib);
+    if (rank0) printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB\n", host_peak_bytes() * mib);
     if (rank0 && max_memory)
         printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n",
                (peak_used - used0) * mib, device_plan_bytes(&plan, setting) * mib, max_memory * mib,

@@ -2,7 +2,8 @@
 // before it makes one; with a budget, the plan is held against it before the GPU is
 // touched, so a configuration meant for a smaller card can be checked on any machine.
 // A run that does not fit stops with the settings that would fit: a smaller micro-batch
-// with the same tokens per step, more recomputation, ZeRO over more ranks.
+// with the same tokens per step, more recomputation, bf16 moments, the optimizer state in
+// host memory, ZeRO over more ranks.
 #ifndef COMMON_MEMORY_BUDGET_H
 #define COMMON_MEMORY_BUDGET_H
 #include "util.h"
@@ -11,13 +12,15 @@
 #include <math.h>
 
 // The settings the search may change (zero_stage applies when ranks > 1; moments_bf16:
-// AdamW's moments in bf16), and what it keeps: the tokens per step and T.
+// AdamW's moments in bf16; offload: the optimizer state in host memory), and what it keeps:
+// the tokens per step and T.
 typedef struct {
     int B, recompute, ranks, zero_stage;
     long total_batch;
     int T;
     int moments_bf16;
     int total_batch_implied;  // 1: the run left -d at -1 (B*T*ranks): a suggestion names -d to keep it
+    int offload;
 } MemorySetting;
 
 // micro-steps per step of s (0: its tokens per step are not a multiple of B*T*ranks)
@@ -92,6 +95,7 @@ static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, Memo
     size_t n = 0;
     buf[0] = 0;
     if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, sizeof buf - n, "--optimizer-state bf16 ");
+    if (s.offload != now.offload) n += snprintf(buf + n, sizeof buf - n, "--offload 1 ");
     if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
         n += snprintf(buf + n, sizeof buf - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks,
                       s.ranks);
@@ -107,11 +111,27 @@ static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, Memo
     snprintf(msg + len, cap - len, "\n  %s: %s%s", buf, gib_text(g, sizeof g, need), s.ranks > 1 ? " per GPU" : "");
 }
 
+// One switch from the run's own setting (alt: now with bf16 moments, or with offload):
+// appends alt's line at the lowest recompute level where it fits a larger micro-batch than
+// *last_b (the largest of the lines before), which it then raises; returns 1 if it did.
+static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, MemoryPlanFn plan,
+                                        const void *ctx, char *msg, size_t cap, int *last_b) {
+    size_t need;
+    for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
+        int b = memory_largest_B(budget, alt, r, now.ranks, now.zero_stage, plan, ctx, &need);
+        if (b <= *last_b) continue;
+        memory_suggest(msg, cap, now, memory_setting(alt, b, r, now.ranks, now.zero_stage), need);
+        *last_b = b;
+        return 1;
+    }
+    return 0;
+}
+
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps);
 // then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where it
-// fits a larger micro-batch than any above;
+// fits a larger micro-batch than any above; likewise --offload 1 (with the run's moments);
 // then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
 // or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
 // B*T*ranks) at which some micro-batch fits.
@@ -131,13 +151,12 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
     if (!now.moments_bf16 && last_b < now.B) {
         MemorySetting lean = now;
         lean.moments_bf16 = 1;
-        for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-            int b = memory_largest_B(budget, lean, r, now.ranks, now.zero_stage, plan, ctx, &need);
-            if (b <= last_b) continue;
-            memory_suggest(msg, cap, now, memory_setting(lean, b, r, now.ranks, now.zero_stage), need);
-            found++;
-            break;
-        }
+        found += memory_suggest_switch(budget, now, lean, plan, ctx, msg, cap, &last_b);
+    }
+    if (!now.offload && last_b < now.B) {
+        MemorySetting off = now;
+        off.offload = 1;
+        found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &last_b);
     }
     for (int stage = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; stage <= 2; stage++) {
         int done = 0;
@@ -171,9 +190,9 @@ static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryP
     int n = memory_suggestions(budget, now, plan, ctx, msg, sizeof msg);
     fatal("--max-device-memory %s: this run needs %s on the device (%s); %s%s", gib_text(b, sizeof b, budget),
           gib_text(a, sizeof a, need), breakdown,
-          n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r, --optimizer-state bf16 or ZeRO "
-                                     "over up to 8 ranks on its own: combine them, or use a smaller model or more "
-                                     "device memory",
+          n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r, --optimizer-state bf16, "
+                                     "--offload 1 or ZeRO over up to 8 ranks on its own: combine them, or use a "
+                                     "smaller model or more device memory",
           msg);
 }
 

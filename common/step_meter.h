@@ -1,5 +1,7 @@
-// step_meter.h: the GPU trainer's timing and energy over a run's steps. Steps from the
-// 11th on (the steady state) are timed; the board's energy counter (common/energy.h) is
+// step_meter.h: the GPU trainer's timing and energy over a run's steps. Steps after the
+// warm-up (the steady state) are timed: after the first 10 steps, or after the first alone
+// when a step holds 10 micro-steps or more (it warms up within itself, and a GPT-2 1.5B step
+// of 524,288 tokens takes seconds); the board's energy counter (common/energy.h) is
 // read where the timed steps start and end, and around the work between steps
 // (evaluation, sampling, checkpoints), whose energy is not the steps'. It is never read
 // inside a step: a read takes ~3 ms on the H200, and the counter moves every ~100 ms.
@@ -8,27 +10,29 @@
 #include "util.h"
 #include "energy.h"
 
-#define STEP_METER_WARMUP 10  // steps left out of the means
+#define STEP_METER_WARMUP 10  // steps left out of the means (micro-steps, for long steps)
 
 typedef struct {
-    int start_step, timed_steps;
+    int start_step, warmup, timed_steps;
     double t0, sum_dt, e_start, e_other, e_pause;
     EnergyMeter energy;
 } StepMeter;
 
-// pci_bus_id: the GPU whose board is measured (as cudaDeviceGetPCIBusId writes it).
-static inline void step_meter_init(StepMeter *sm, int start_step, const char *pci_bus_id) {
+// pci_bus_id: the GPU whose board is measured (as cudaDeviceGetPCIBusId writes it);
+// micro_steps: per step.
+static inline void step_meter_init(StepMeter *sm, int start_step, int micro_steps, const char *pci_bus_id) {
     memset(sm, 0, sizeof *sm);
     sm->start_step = start_step;
+    sm->warmup = micro_steps >= STEP_METER_WARMUP ? 1 : STEP_METER_WARMUP;
     energy_open(&sm->energy, pci_bus_id);
 }
 
 static inline int step_meter_timed(const StepMeter *sm, int step) {
-    return step - sm->start_step >= STEP_METER_WARMUP;
+    return step - sm->start_step >= sm->warmup;
 }
 
 static inline void step_meter_begin(StepMeter *sm, int step) {
-    if (step - sm->start_step == STEP_METER_WARMUP) sm->e_start = energy_joules(&sm->energy);
+    if (step - sm->start_step == sm->warmup) sm->e_start = energy_joules(&sm->energy);
     sm->t0 = wall_seconds();
 }
 
@@ -57,7 +61,7 @@ static inline void step_meter_report(StepMeter *sm, int last_step, double tokens
                                      double peak_flops, int print, const char *board) {
     double joules = sm->timed_steps > 0 ? energy_joules(&sm->energy) - sm->e_start - sm->e_other : 0.0;
     if (print && sm->timed_steps > 0) {
-        int first = sm->start_step + STEP_METER_WARMUP + 1, n = sm->timed_steps;
+        int first = sm->start_step + sm->warmup + 1, n = sm->timed_steps;
         printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", first, last_step, 1e3 * sm->sum_dt / n,
                tokens_per_step * n / sm->sum_dt, 100.0 * flops_per_step * n / sm->sum_dt / peak_flops);
         if (sm->energy.get_energy)

@@ -178,6 +178,19 @@ static inline double wall_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// The process's peak resident host memory (Linux's VmHWM, pinned buffers included); 0 where
+// /proc does not say.
+static inline size_t host_peak_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024;
+}
+
 // Strict number parsing for flags and config values: the whole string must be a number.
 static inline int parse_long(const char *s, long *out) {
     if (!s || !*s) return 0;

@@ -136,26 +136,27 @@ static void adamw_update(floatX *params, float *master, const floatX *grads, siz
 // Bytes of one moment on the device.
 static size_t adamw_moment_bytes(int moments_bf16) { return moments_bf16 ? 2 : 4; }
 
-// n moments between host fp32 and the device (fp32, or bf16 rounded to nearest: a state
-// written from bf16 moments reads back bit for bit)
+// n moments between host fp32 and the optimizer state (fp32, or bf16 rounded to nearest: a
+// state written from bf16 moments reads back bit for bit); the state may be on the device or
+// in mapped host memory (kernels/offload.cuh), hence cudaMemcpyDefault
 static void adamw_moments_upload(void *dst, const float *src, size_t n, int moments_bf16) {
     if (!moments_bf16) {
-        CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDefault));
         return;
     }
     uint16_t *tmp = (uint16_t *)xmalloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) tmp[i] = float_to_bf16(src[i]);
-    CUDA_CHECK(cudaMemcpy(dst, tmp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst, tmp, n * sizeof(uint16_t), cudaMemcpyDefault));
     free(tmp);
 }
 
 static void adamw_moments_download(float *dst, const void *src, size_t n, int moments_bf16) {
     if (!moments_bf16) {
-        CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDefault));
         return;
     }
     uint16_t *tmp = (uint16_t *)xmalloc(n * sizeof(uint16_t));
-    CUDA_CHECK(cudaMemcpy(tmp, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(tmp, src, n * sizeof(uint16_t), cudaMemcpyDefault));
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(tmp[i]);
     free(tmp);
 }

@@ -6,7 +6,8 @@
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
 #      each in bf16 and fp16; -r 1 and -r 2 --fuse-gelu 0 at d12 (not QUICK)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
-#   3. resume bit for bit (bf16, fp16), a run repeated bit for bit, --prefetch 0 against 1
+#   3. resume bit for bit (bf16, fp16), a run repeated bit for bit, --prefetch 0 against 1,
+#      --offload 1 against 0 (bf16, fp16, fp32)
 #   4. the fp16 loss scaler in training: forced overflows skip their step and halve the
 #      scale, clean steps double it, and both survive a resume
 #   5. the collectives: test_comm over NCCL at one rank, over MPI at two ranks on this GPU
@@ -22,6 +23,7 @@
 #   SKIP_TESTS=1   leaves out 1 and 8
 #   FLAGS="..."    extra trainer options for 1-6 (e.g. FLAGS="--flash-attention 0")
 #   KILL_TRIALS=N  trials of the kill -9 loop
+#   UPTO=6         stop after section 6
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${BIN:-dist/gpu/bin}
@@ -189,6 +191,20 @@ run resume P 120 "$BIN/train_gpt2cu" $TR $R -o "$W/runP" -n 10 --prefetch 0
 verdict $? "--prefetch 0 and 1: 20 steps bit-exact" \
     "--prefetch 0 vs 1: steps differ: $(failed A P)$(diff <(steps A) <(steps P) | head -3 | tr '\n' ' ')"
 resume_pair _fp16 fp16
+# the optimizer state in host memory (--offload 1): the same AdamW kernel on the same
+# numbers, only read and written over PCIe, so run A's 20 steps bit for bit in every build
+# (fp32: the moments only, its parameters are the master weights)
+for sfx in "" _fp16 _fp32; do
+    [ -x "$BIN/train_gpt2cu$sfx" ] || continue
+    # shellcheck disable=SC2086
+    [ -n "$sfx" ] && [ ! -f "$W/A$sfx.log" ] && run resume "A$sfx" 120 "$BIN/train_gpt2cu$sfx" $TR $R
+    # shellcheck disable=SC2086
+    run resume "O$sfx" 120 "$BIN/train_gpt2cu$sfx" $TR $R --offload 1
+    [ "$(steps "A$sfx" | grep -c .)" = 20 ] && [ "$(steps "A$sfx")" = "$(steps "O$sfx")" ]
+    verdict $? "--offload 1 and 0${sfx:+ ($sfx)}: 20 steps bit-exact" \
+        "--offload 1 vs 0${sfx:+ ($sfx)}: steps differ: $(failed "A$sfx" "O$sfx")$(diff <(steps "A$sfx") \
+        <(steps "O$sfx") | head -3 | tr '\n' ' ')"
+done
 
 section "4. fp16 loss scaler"
 # Steps 5 and 11 overflow (test hooks), and 5 clean steps in a row double the scale (a window
@@ -261,6 +277,8 @@ else
 fi
 
 if [ "$QUICK" != 1 ]; then
+# UPTO=6: stop here (a FLAGS variant needs only 1-6)
+[ "${UPTO:-10}" -le 6 ] && finish
 section "7. timing runs (d12, B=64, T=1024)"
 for r in 1 0 2 fp16; do
     steps=30

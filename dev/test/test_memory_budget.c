@@ -2,8 +2,9 @@
 // documented sizes in binary units and refuses anything else; memory_micro_steps counts whole
 // micro-steps only; against a fake plan with an explicit cost formula (bf16 moments cost less),
 // the settings that memory_suggestions names are those a brute force over every (B, r, ranks,
-// ZeRO stage, moments) finds, each fits and keeps the tokens per step, --optimizer-state bf16
-// only at the run's ranks and stage and only for a run with fp32 moments; memory_budget_check
+// ZeRO stage, moments, offload) finds, each fits and keeps the tokens per step, --optimizer-state
+// bf16 only at the run's ranks and stage and only for a run with fp32 moments, --offload 1 only
+// at the run's ranks, stage and moments and only for a run without it; memory_budget_check
 // returns when the plan fits and otherwise exits through fatal() naming the budget, the need,
 // the breakdown and what fits.
 // Random trials use a fresh seed, printed; `test_memory_budget SEED` repeats a run.
@@ -88,6 +89,7 @@ static void test_micro_steps(void) {
 // `opt` is the optimizer state with fp32 moments: a third fp32 master weights, two thirds
 // the moments m and v (4 bytes each per parameter); bf16 moments halve those two thirds and
 // leave the master weights, so with moments_bf16 the state is opt/3 + opt/3 = 2/3 of it.
+// With offload the whole state is in host memory: none of it on the device.
 
 typedef struct {
     size_t fixed, opt, grad, act[MEMORY_MAX_RECOMPUTE + 1];
@@ -113,10 +115,16 @@ static size_t fake_plan(const void *ctx, MemorySetting s) {
         (s.moments_bf16 != g_plan_now.moments_bf16 &&
          (g_plan_now.moments_bf16 || s.ranks != g_plan_now.ranks || s.zero_stage != g_plan_now.zero_stage)))
         g_plan_misuse = 1;
+    // offload likewise: 0 or 1, a change only from 0 to 1, at the run's ranks, stage and moments
+    if ((s.offload != 0 && s.offload != 1) ||
+        (s.offload != g_plan_now.offload && (g_plan_now.offload || s.ranks != g_plan_now.ranks ||
+                                             s.zero_stage != g_plan_now.zero_stage ||
+                                             s.moments_bf16 != g_plan_now.moments_bf16)))
+        g_plan_misuse = 1;
     for (int k = 0; k < 4; k++)
         if ((p->impossible >> k & 1) && s.ranks == 1 << k) return SIZE_MAX;
     if (s.recompute < 0 || s.recompute > MEMORY_MAX_RECOMPUTE) return SIZE_MAX;  // act[] has no such level
-    size_t opt = opt_bytes(p, s.moments_bf16 != 0);
+    size_t opt = s.offload ? 0 : opt_bytes(p, s.moments_bf16 != 0);
     if (s.ranks > 1 && s.zero_stage >= 1) opt /= (size_t)s.ranks;
     size_t grad = s.ranks > 1 && s.zero_stage >= 2 ? p->grad / (size_t)s.ranks : p->grad;
     return p->fixed + opt + grad + (size_t)s.B * p->act[s.recompute];
@@ -136,7 +144,7 @@ typedef struct {
 } Line;
 
 // Parses the flags of one line on top of now; returns 0 (with the reason in *why) when the
-// line is not in the documented form (flags in the order --optimizer-state, -z, -r, -b),
+// line is not in the documented form (flags in the order --optimizer-state, --offload, -z, -r, -b),
 // names a flag at now's value, or states a wrong micro-step count or need.
 static int parse_line(const char *line, MemorySetting now, const FakePlan *p, MemorySetting *s, const char **why) {
     *s = now;
@@ -144,13 +152,21 @@ static int parse_line(const char *line, MemorySetting now, const FakePlan *p, Me
     int n = -1, a, b, c;
     if (strncmp(q, "  ", 2)) return *why = "no indent", 0;
     q += 2;
-    int o = 0, z = 0, r = 0, bb = 0;
+    int o = 0, off = 0, z = 0, r = 0, bb = 0;
     static const char bf16_flag[] = "--optimizer-state bf16";
     if (!strncmp(q, bf16_flag, strlen(bf16_flag))) {
         q += strlen(bf16_flag);
         if (*q != ':' && strncmp(q, " -", 2)) return *why = "bad --optimizer-state text", 0;
         s->moments_bf16 = 1;
         o = 1;
+        if (!strncmp(q, " -", 2)) q++;
+    }
+    static const char offload_flag[] = "--offload 1";
+    if (!strncmp(q, offload_flag, strlen(offload_flag))) {
+        q += strlen(offload_flag);
+        if (*q != ':' && strncmp(q, " -", 2)) return *why = "bad --offload text", 0;
+        s->offload = 1;
+        off = 1;
         if (!strncmp(q, " -", 2)) q++;
     }
     if (!strncmp(q, "-z ", 3)) {
@@ -179,10 +195,11 @@ static int parse_line(const char *line, MemorySetting now, const FakePlan *p, Me
     }
     // a flag is named only when it changes
     if (o && s->moments_bf16 == now.moments_bf16) return *why = "--optimizer-state bf16 at now's moments", 0;
+    if (off && s->offload == now.offload) return *why = "--offload 1 in a run with it", 0;
     if (z && s->ranks == now.ranks && s->zero_stage == now.zero_stage) return *why = "-z at now's setting", 0;
     if (r && s->recompute == now.recompute) return *why = "-r at now's level", 0;
     if (bb && s->B == now.B) return *why = "-b at now's B", 0;
-    if (!o && !z && !r && !bb) return *why = "no flags", 0;
+    if (!o && !off && !z && !r && !bb) return *why = "no flags", 0;
     if (s->B < 1 || s->ranks < 1 || s->recompute < 0 || s->recompute > MEMORY_MAX_RECOMPUTE) return *why = "range", 0;
     // the micro-steps per step, stated when B or the ranks change
     if (s->B != now.B || s->ranks != now.ranks) {
@@ -225,57 +242,78 @@ static int parse_msg(const char *msg, MemorySetting now, const FakePlan *p, Line
 
 static int same(MemorySetting a, MemorySetting b) {
     return a.B == b.B && a.recompute == b.recompute && a.ranks == b.ranks && a.zero_stage == b.zero_stage &&
-           a.moments_bf16 == b.moments_bf16;
+           a.moments_bf16 == b.moments_bf16 && a.offload == b.offload;
+}
+
+static MemorySetting with_offload(MemorySetting s, int offload) {
+    s.offload = offload;
+    return s;
 }
 
 // The expected suggestions by brute force over every setting: first, at each recompute level
-// from now's up, the largest B <= now.B that fits with now's ranks, stage and moments, listed
-// only when it beats every lower level (more recomputation is only worth a larger micro-batch);
-// then, for a run with fp32 moments whose own B was not reached, bf16 moments with now's ranks
-// and stage at the lowest recompute level from now's up where any B fits, with the largest B
-// there, listed only when that B is above every line before; then ZeRO-1 and ZeRO-2 (not below
-// now's stage on several ranks) with now's moments, each at the fewest ranks where some (B, r)
-// fits (now's own ranks when it has several and the stage is above its own, then doubling up
-// to 8), with the least recomputation that fits there and the largest B at it.
-// Returns the count of local lines (now's moments) in *n_local and of bf16 lines (0 or 1) in
-// *n_lean; the ZeRO lines follow.
+// from now's up, the largest B <= now.B that fits with now's ranks, stage, moments and offload,
+// listed only when it beats every lower level (more recomputation is only worth a larger
+// micro-batch); then, for a run with fp32 moments whose own B was not reached, bf16 moments
+// with now's ranks, stage and offload at the lowest recompute level from now's up where a B
+// above every line before fits, with the largest B there; then, for a run without offload whose
+// own B was not reached by any line before, offload with now's ranks, stage and moments, chosen
+// the same way; then ZeRO-1 and ZeRO-2 (not below now's stage on several ranks) with now's
+// moments and offload, each at the fewest ranks where some (B, r) fits (now's own ranks when it
+// has several and the stage is above its own, then doubling up to 8), with the least
+// recomputation that fits there and the largest B at it.
+// Returns the count of local lines in *n_local, of bf16 lines (0 or 1) in *n_lean and of
+// offload lines (0 or 1) in *n_off; the ZeRO lines follow.
 static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemorySetting *out, int *n_local,
-                    int *n_lean) {
-    // [moments][log2 ranks][stage][r]: the largest B that fits, 0: none
-    static int best[2][4][3][MEMORY_MAX_RECOMPUTE + 1];
+                    int *n_lean, int *n_off) {
+    // [moments][offload][log2 ranks][stage][r]: the largest B that fits, 0: none
+    static int best[2][2][4][3][MEMORY_MAX_RECOMPUTE + 1];
     for (int mo = 0; mo < 2; mo++)
-        for (int k = 0; k < 4; k++)
-            for (int st = 0; st < 3; st++)
-                for (int r = 0; r <= MEMORY_MAX_RECOMPUTE; r++) {
-                    best[mo][k][st][r] = 0;
-                    for (int B = 1; B <= now.B; B++)
-                        if (fits(p, setting(B, r, 1 << k, st, now.total_batch, now.T, mo), budget))
-                            best[mo][k][st][r] = B;
-                }
+        for (int of = 0; of < 2; of++)
+            for (int k = 0; k < 4; k++)
+                for (int st = 0; st < 3; st++)
+                    for (int r = 0; r <= MEMORY_MAX_RECOMPUTE; r++) {
+                        best[mo][of][k][st][r] = 0;
+                        for (int B = 1; B <= now.B; B++)
+                            if (fits(p, with_offload(setting(B, r, 1 << k, st, now.total_batch, now.T, mo), of),
+                                     budget))
+                                best[mo][of][k][st][r] = B;
+                    }
     int n = 0, k_now = now.ranks == 1 ? 0 : now.ranks == 2 ? 1 : now.ranks == 4 ? 2 : 3, beaten = 0;
-    int mo_now = now.moments_bf16;
+    int mo_now = now.moments_bf16, of_now = now.offload, st_now = now.zero_stage;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-        int b = best[mo_now][k_now][now.zero_stage][r];
-        if (b > beaten) out[n++] = setting(b, r, now.ranks, now.zero_stage, now.total_batch, now.T, mo_now);
+        int b = best[mo_now][of_now][k_now][st_now][r];
+        if (b > beaten)
+            out[n++] = with_offload(setting(b, r, now.ranks, st_now, now.total_batch, now.T, mo_now), of_now);
         if (b > beaten) beaten = b;
     }
     *n_local = n;
-    *n_lean = 0;
+    *n_lean = *n_off = 0;
     if (!now.moments_bf16 && beaten < now.B) {
         int r = now.recompute;
-        while (r <= MEMORY_MAX_RECOMPUTE && best[1][k_now][now.zero_stage][r] <= beaten) r++;
+        while (r <= MEMORY_MAX_RECOMPUTE && best[1][of_now][k_now][st_now][r] <= beaten) r++;
         if (r <= MEMORY_MAX_RECOMPUTE) {
-            out[n++] = setting(best[1][k_now][now.zero_stage][r], r, now.ranks, now.zero_stage, now.total_batch,
-                               now.T, 1);
+            beaten = best[1][of_now][k_now][st_now][r];
+            out[n++] = with_offload(setting(beaten, r, now.ranks, st_now, now.total_batch, now.T, 1), of_now);
             *n_lean = 1;
         }
     }
-    for (int st = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; st <= 2; st++) {
+    if (!now.offload && beaten < now.B) {
+        int r = now.recompute;
+        while (r <= MEMORY_MAX_RECOMPUTE && best[mo_now][1][k_now][st_now][r] <= beaten) r++;
+        if (r <= MEMORY_MAX_RECOMPUTE) {
+            out[n++] = with_offload(
+                setting(best[mo_now][1][k_now][st_now][r], r, now.ranks, st_now, now.total_batch, now.T, mo_now), 1);
+            *n_off = 1;
+        }
+    }
+    for (int st = now.ranks > 1 && st_now > 1 ? st_now : 1; st <= 2; st++) {
         int found = 0;
         for (int k = k_now > 0 ? k_now : 1; k <= 3 && !found; k++)
             for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !found; r++)
-                if (!(k == k_now && st <= now.zero_stage) && best[mo_now][k][st][r]) {
-                    out[n++] = setting(best[mo_now][k][st][r], r, 1 << k, st, now.total_batch, now.T, mo_now);
+                if (!(k == k_now && st <= st_now) && best[mo_now][of_now][k][st][r]) {
+                    out[n++] = with_offload(
+                        setting(best[mo_now][of_now][k][st][r], r, 1 << k, st, now.total_batch, now.T, mo_now),
+                        of_now);
                     found = 1;
                 }
     }
@@ -304,6 +342,8 @@ static void check_child(const char *verbose) {
 // 2 GiB fixed, 12 GiB optimizer (8 GiB with bf16 moments: 4 master weights, 2 + 2 moments), 4 GiB
 // gradients, activations 1/2, 1/4, 1/8, 1/8 GiB per sequence of the batch at recompute levels 0-3 (3
 // saves nothing more here, so the exact texts below have no -r 3 line);
+// with --offload 1 the 12 GiB of optimizer state leave the device (6 GiB before activations):
+// its line comes wherever that gives a larger B than every line before it;
 // a single GPU at B 64, T 1024, 512 Ki tokens per step, fp32 moments. Before activations: 18 GiB
 // (14 with bf16 moments) on one GPU; ZeRO-1 over 2 ranks 12 GiB, ZeRO-2 over 2 ranks 10 GiB.
 static const FakePlan hand_plan = {2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8, GIB / 8}, 0};
@@ -343,11 +383,12 @@ static void test_hand_local_and_zero(void) {
     // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8
     expect_suggestions("16 GiB", &hand_plan, hand_now(), 16 * GIB,
                        "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
+                       "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU",
-                       3);
+                       4);
 }
 
 static void test_hand_optimizer_state(void) {
@@ -358,11 +399,12 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 2 (256 micro-steps per step): 18.50 GiB"
                        "\n  -r 2 -b 4 (128 micro-steps per step): 18.50 GiB"
                        "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
+                       "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
-                       6);
+                       7);
     // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5: at -r 0 B 10 -> 8, no
     // larger than -r 2's 8, so not there (only a larger micro-batch is worth the change); at
     // -r 1 B 20 -> 16: listed
@@ -371,20 +413,22 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 4 (128 micro-steps per step): 19.00 GiB"
                        "\n  -r 2 -b 8 (64 micro-steps per step): 19.00 GiB"
                        "\n  --optimizer-state bf16 -r 1 -b 16 (32 micro-steps per step): 18.00 GiB"
+                       "\n  --offload 1 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
-                       6);
+                       7);
     // 14.25 GiB: nothing with fp32 moments; with bf16 no B fits at -r 0 (14.5 for B 1), B 1 at
     // -r 1: the lowest level where one fits, with the -r change
     expect_suggestions("14.25 GiB, bf16 at -r 1", &hand_plan, hand_now(), 14 * GIB + GIB / 4,
                        "\n  --optimizer-state bf16 -r 1 -b 1 (512 micro-steps per step): 14.25 GiB"
+                       "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU",
-                       3);
+                       4);
     // a run at B 8 (32 Ki tokens per step) needs 22 GiB; with bf16 moments its own B and level
     // fit in 18: the flag alone, with no micro-step count (B and the ranks are kept)
     MemorySetting now = setting(8, 0, 1, 0, 8L * 1024 * 4, 1024, 0);
@@ -402,18 +446,20 @@ static void test_hand_optimizer_state(void) {
                        "\n  -b 4 (128 micro-steps per step): 16.00 GiB"
                        "\n  -r 1 -b 8 (64 micro-steps per step): 16.00 GiB"
                        "\n  -r 2 -b 16 (32 micro-steps per step): 16.00 GiB"
+                       "\n  --offload 1 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU",
-                       5);
+                       6);
     // ... and at 13 GiB, below its 14 before activations: only ZeRO, with its bf16 moments
     expect_suggestions("13 GiB, the run in bf16", &hand_plan, now, 13 * GIB,
+                       "\n  --offload 1 -b 8 (64 micro-steps per step): 10.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 12.00 GiB "
                        "per GPU",
-                       2);
+                       3);
     // 2 ranks at ZeRO-1 (12 GiB before activations; 10 with bf16 moments, sharded too), 12.25
     // GiB: fp32 B 0, 1, 2 at -r 0, 1, 2; bf16 leaves 2.25 at -r 0, B 4 (B divides 256): listed,
     // at the run's ranks and stage; ZeRO-1 over 4 ranks (9 GiB) B 6 -> 4, ZeRO-2 over 2 (10) B 4
@@ -422,11 +468,12 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 1 (256 micro-steps per step on each rank): 12.25 GiB per GPU"
                        "\n  -r 2 -b 2 (128 micro-steps per step on each rank): 12.25 GiB per GPU"
                        "\n  --optimizer-state bf16 -b 4 (64 micro-steps per step on each rank): 12.00 GiB per GPU"
+                       "\n  --offload 1 -b 8 (32 micro-steps per step on each rank): 10.00 GiB per GPU"
                        "\n  -z 1 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 11.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
                        "per GPU",
-                       5);
+                       6);
 }
 
 static void test_hand_recompute_not_worth_it(void) {
@@ -460,11 +507,12 @@ static void test_hand_impossible_and_nothing(void) {
     // 8 GiB: ZeRO-1 fits first over 8 ranks (2 + 1.5 + 4, B 1 at 1/2), ZeRO-2 over 4 already
     // (2 + 3 + 1, B 4): each stage at its own fewest ranks
     expect_suggestions("8 GiB", &hand_plan, hand_now(), 8 * GIB,
+                       "\n  --offload 1 -b 4 (128 micro-steps per step): 8.00 GiB"
                        "\n  -z 1 over 8 ranks (mpirun -np 8) -b 1 (64 micro-steps per step on each rank): 8.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 8.00 GiB "
                        "per GPU",
-                       2);
+                       3);
     // 5.5 GiB: only ZeRO-2 over 8 ranks fits (4 GiB before activations, B 3 -> 2) ...
     expect_suggestions("5.5 GiB", &hand_plan, hand_now(), 5 * GIB + GIB / 2,
                        "\n  -z 2 over 8 ranks (mpirun -np 8) -b 2 (32 micro-steps per step on each rank): 5.00 GiB "
@@ -535,7 +583,8 @@ static void test_budget_check(void) {
     // 16 GiB: bf16 moments first, then ZeRO with the run's fp32 moments
     g_check_budget = 16 * GIB;
     expect_failure("16 GiB, what fits", check_child, "1", "settings that fit:",
-                   "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB\n  -z 1 over 2 ranks",
+                   "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
+                   "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB\n  -z 1 over 2 ranks",
                    "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB");
     // one byte short of the exact need
     g_check_budget = 50 * GIB - 1;
@@ -556,7 +605,7 @@ static size_t rand_range(size_t lo, size_t hi) { return lo + (size_t)(rng_next_u
 
 // what the trials covered, by the brute force: the bf16 line listed; bf16 moments fit
 // somewhere at the run's ranks and stage but gave no larger B; runs already in bf16
-static int g_lean_listed, g_lean_not_larger, g_run_bf16;
+static int g_lean_listed, g_lean_not_larger, g_run_bf16, g_off_listed, g_run_offload;
 
 static void random_trial(int trial, int *checked) {
     FakePlan p;
@@ -576,6 +625,7 @@ static void random_trial(int trial, int *checked) {
     // a quarter of the runs have bf16 moments already: no --optimizer-state line for them
     int moments = rand_range(0, 3) == 0;
     MemorySetting now = setting(B, (int)rand_range(0, MEMORY_MAX_RECOMPUTE), ranks, stage, 0, T, moments);
+    now.offload = rand_range(0, 3) == 0;  // likewise a quarter offload already
     now.total_batch = (long)B * T * ranks * (long)rand_range(1, 16);
     p.impossible = 0;
     for (int k = 1; k <= 3; k++)
@@ -588,37 +638,42 @@ static void random_trial(int trial, int *checked) {
     if (rand_range(0, 2) == 0) {
         MemorySetting o = setting((int)rand_range(1, B), (int)rand_range(0, 2), 1 << rand_range(0, 3),
                                   (int)rand_range(0, 2), now.total_batch, T, (int)rand_range(0, 1));
+        o.offload = (int)rand_range(0, 1);
         size_t n = fake_plan(&p, o);
         if (n < need_now) budget = n;
     }
     char msg[2048], err[300];
     Line lines[MAX_LINES];
     MemorySetting want[MAX_LINES];
-    int n_local, n_lean;
+    int n_local, n_lean, n_off;
     g_plan_misuse = 0;
     int n = memory_suggestions(budget, now, fake_plan, &p, msg, sizeof msg);
     int fake_misuse = g_plan_misuse;  // the brute force below asks about every setting
     int got = parse_msg(msg, now, &p, lines, err, sizeof err);
-    int n_want = expected(&p, now, budget, want, &n_local, &n_lean);
+    int n_want = expected(&p, now, budget, want, &n_local, &n_lean, &n_off);
     g_run_bf16 += now.moments_bf16;
     g_lean_listed += n_lean;
+    g_off_listed += n_off;
+    g_run_offload += now.offload;
     if (!now.moments_bf16 && !n_lean && (n_local == 0 || want[n_local - 1].B < now.B)) {
         int any = 0;  // some B fits with bf16 moments at the run's ranks and stage
         for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++)
-            any |= fits(&p, setting(1, r, ranks, stage, now.total_batch, T, 1), budget);  // B 1 always divides
+            any |= fits(&p, with_offload(setting(1, r, ranks, stage, now.total_batch, T, 1), now.offload),
+                        budget);  // B 1 always divides
         g_lean_not_larger += any;
     }
     (*checked)++;
     char desc[400];
     snprintf(desc, sizeof desc,
-             "trial %d (seed %llu): now B %d r %d ranks %d z %d tokens %ld T %d bf16 %d, budget %zu, plan {%zu %zu "
-             "%zu %zu %zu %zu %zu imp %u}",
+             "trial %d (seed %llu): now B %d r %d ranks %d z %d tokens %ld T %d bf16 %d offload %d, budget %zu, "
+             "plan {%zu %zu %zu %zu %zu %zu %zu imp %u}",
              trial, (unsigned long long)seed_arg, now.B, now.recompute, now.ranks, now.zero_stage, now.total_batch,
-             now.T, now.moments_bf16, budget, p.fixed, p.opt, p.grad, p.act[0], p.act[1], p.act[2], p.act[3],
-             p.impossible);
+             now.T, now.moments_bf16, now.offload, budget, p.fixed, p.opt, p.grad, p.act[0], p.act[1], p.act[2],
+             p.act[3], p.impossible);
     CHECK(!fake_misuse,
-          "%s: the plan was asked about a setting that changes T, the tokens per step, ranges, or the moments "
-          "other than fp32 -> bf16 at the run's ranks and stage",
+          "%s: the plan was asked about a setting that changes T, the tokens per step, ranges, the moments "
+          "other than fp32 -> bf16 at the run's ranks and stage, or offload other than 0 -> 1 at the run's ranks, "
+          "stage and moments",
           desc);
     CHECK(got == n, "%s: returned %d, parsed %d lines (%s):%s", desc, n, got, got < 0 ? err : "", msg);
     if (got < 0) return;
@@ -628,7 +683,7 @@ static void random_trial(int trial, int *checked) {
     // the bf16 line (at now's ranks and stage), then the ZeRO lines
     int local = 0;
     while (local < got && lines[local].s.ranks == now.ranks && lines[local].s.zero_stage == now.zero_stage &&
-           lines[local].s.moments_bf16 == now.moments_bf16)
+           lines[local].s.moments_bf16 == now.moments_bf16 && lines[local].s.offload == now.offload)
         local++;
     int ok = local == n_local;
     for (int i = 0; ok && i < local; i++) ok = same(lines[i].s, want[i]);
@@ -640,9 +695,15 @@ static void random_trial(int trial, int *checked) {
     for (int i = local; ok && i < local + lean; i++) ok = same(lines[i].s, want[i]);
     CHECK(ok, "%s: --optimizer-state bf16 lines differ from the brute force (%d expected, B %d r %d):%s", desc,
           n_lean, n_lean ? want[n_local].B : 0, n_lean ? want[n_local].recompute : 0, msg);
+    int off = 0;
+    while (local + lean + off < got && lines[local + lean + off].s.offload != now.offload) off++;
+    ok = off == n_off;
+    for (int i = local + lean; ok && i < local + lean + off; i++) ok = same(lines[i].s, want[i]);
+    CHECK(ok, "%s: --offload 1 lines differ from the brute force (%d expected):%s", desc, n_off, msg);
     ok = got == n_want;
-    for (int i = local + lean; ok && i < got; i++) ok = same(lines[i].s, want[i]);
-    CHECK(ok, "%s: ZeRO lines differ from the brute force (%d expected):%s", desc, n_want - n_local - n_lean, msg);
+    for (int i = local + lean + off; ok && i < got; i++) ok = same(lines[i].s, want[i]);
+    CHECK(ok, "%s: ZeRO lines differ from the brute force (%d expected):%s", desc, n_want - n_local - n_lean - n_off,
+          msg);
     // now and then the same through memory_budget_check: the fatal message ends in these lines
     if (trial % 64 == 0) {
         g_check_plan = p;
@@ -656,13 +717,15 @@ static void random_trial(int trial, int *checked) {
 
 static void test_random(void) {
     int checked = 0;
-    g_lean_listed = g_lean_not_larger = g_run_bf16 = 0;
+    g_lean_listed = g_lean_not_larger = g_run_bf16 = g_off_listed = g_run_offload = 0;
     for (int trial = 0; trial < 3000; trial++) random_trial(trial, &checked);
     CHECK(checked == 3000, "%d trials checked", checked);
     // the trials are meaningful only when each case came up
-    CHECK(g_lean_listed >= 100 && g_lean_not_larger >= 100 && g_run_bf16 >= 500,
-          "coverage: %d trials with the bf16 line, %d where bf16 gave no larger B, %d runs in bf16", g_lean_listed,
-          g_lean_not_larger, g_run_bf16);
+    CHECK(g_lean_listed >= 100 && g_lean_not_larger >= 100 && g_run_bf16 >= 500 && g_off_listed >= 100 &&
+              g_run_offload >= 500,
+          "coverage: %d trials with the bf16 line, %d where bf16 gave no larger B, %d runs in bf16, %d with the "
+          "offload line, %d runs with offload", g_lean_listed, g_lean_not_larger, g_run_bf16, g_off_listed,
+          g_run_offload);
 }
 
 int main(int argc, char **argv) {

@@ -40,7 +40,8 @@ for n in 1 2 4; do
 done
 
 D="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
-R="$D -e l4h4c256t256 -t 256 -b 8 -d 8192 -l 1e-3 -u 2 -c 0.1 -m 2 -s 0 -g 0"
+# FLAGS: extra trainer options for every run (e.g. FLAGS="--offload 1")
+R="$D -e l4h4c256t256 -t 256 -b 8 -d 8192 -l 1e-3 -u 2 -c 0.1 -m 2 -s 0 -g 0 ${FLAGS:-}"
 # train NAME RANKS ARGS...: one run, its output in $W/NAME.log
 train() {
     local name=$1 n=$2; shift 2
