@@ -11,7 +11,8 @@
 #   4. the fp16 loss scaler in training: forced overflows skip their step and halve the
 #      scale, clean steps double it, and both survive a resume
 #   5. the collectives: test_comm over NCCL at one rank, over MPI at two ranks on this GPU
-#   6. kill -9 at random moments, then resume (dev/test/test_kill_resume.sh)
+#   6. kill -9 at random moments, then resume (dev/test/test_kill_resume.sh), in the builds
+#      and rank counts of KILL_VARIANTS
 #   7. timing runs, d12 B=64 T=1024 at -r 1, 0, 2 and in fp16, and a per-phase profile (not
 #      QUICK); each counts as a check only for running to its summary and energy lines
 #   8. compute-sanitizer memcheck of the small test (not QUICK)
@@ -23,6 +24,8 @@
 #   SKIP_TESTS=1   leaves out 1 and 8
 #   FLAGS="..."    extra trainer options for 1-6 (e.g. FLAGS="--flash-attention 0")
 #   KILL_TRIALS=N  trials of the kill -9 loop
+#   KILL_VARIANTS="bf16 fp16 bf16x2"  the kill -9 loop's builds and ranks (default bf16;
+#                  bf16x2: 2 ranks sharing this GPU through --comm mpi)
 #   UPTO=6         stop after section 6
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -33,6 +36,7 @@ QUICK=${QUICK:-0}
 SKIP_TESTS=${SKIP_TESTS:-0}
 FLAGS=${FLAGS:-}
 KILL_TRIALS=${KILL_TRIALS:-$([ "$QUICK" = 1 ] && echo 2 || echo 3)}
+KILL_VARIANTS=${KILL_VARIANTS:-bf16}
 W=$(mktemp -d)
 mkdir -p "$OUT"
 rm -f "$OUT"/*.log
@@ -268,13 +272,19 @@ if [ ! -x ./prepro ]; then
     chmod +x "$prepro"
     touch -d @0 "$prepro"
 fi
-if [ -f dev/test/test_kill_resume.sh ]; then
-    run kill_resume kill 480 env TRAINER="$BIN/train_gpt2cu" EXTRA_FLAGS="$FLAGS" TRIALS="$KILL_TRIALS" \
-        PREPRO="$prepro" bash dev/test/test_kill_resume.sh
-    suite "kill -9 loop, $KILL_TRIALS trials (test_kill_resume.sh)" kill $?
-else
-    fail "kill -9 loop: dev/test/test_kill_resume.sh is missing"
-fi
+# each variant: bf16, fp16 (the fp16 build), bf16x2 (2 ranks on this GPU, --comm mpi)
+for v in $KILL_VARIANTS; do
+    exe=$BIN/train_gpt2cu launch="" extra=""
+    case $v in
+    bf16) ;;
+    fp16) exe=$BIN/train_gpt2cu_fp16 ;;
+    bf16x2) launch="mpirun --oversubscribe --bind-to none -np 2" extra="--comm mpi" ;;
+    *) fail "KILL_VARIANTS: unknown variant '$v' (bf16, fp16, bf16x2)"; continue ;;
+    esac
+    run kill_resume "kill_$v" 480 env TRAINER="$exe" LAUNCH="$launch" EXTRA_FLAGS="$extra $FLAGS" \
+        TRIALS="$KILL_TRIALS" PREPRO="$prepro" bash dev/test/test_kill_resume.sh
+    suite "kill -9 loop, $v, $KILL_TRIALS trials (test_kill_resume.sh)" "kill_$v" $?
+done
 
 if [ "$QUICK" != 1 ]; then
 # UPTO=6: stop here (a FLAGS variant needs only 1-6)

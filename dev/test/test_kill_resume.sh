@@ -9,6 +9,8 @@
 # *.tmp file is left.
 #
 #   TRAINER=./train_gpt2 EXTRA_FLAGS= TRIALS=10 KILL_SEED=N ./dev/test/test_kill_resume.sh
+#   LAUNCH="mpirun --oversubscribe -np 2" TRAINER=.../train_gpt2cu EXTRA_FLAGS="--comm mpi" ...
+#                                           (several ranks: every process of the launch is killed)
 #
 # It relies on three behaviours of -y 1: with no checkpoint in -o it starts fresh; a
 # resume cuts main.log back to its checkpoint; a newest checkpoint that is incomplete or
@@ -16,6 +18,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 TRAINER=${TRAINER:-./train_gpt2}
+LAUNCH=${LAUNCH:-}
 EXTRA_FLAGS=${EXTRA_FLAGS:-}
 TRIALS=${TRIALS:-10}
 MAX_RESTARTS=${MAX_RESTARTS:-30}
@@ -34,6 +37,27 @@ mkdir -p build
 W=$(mktemp -d build/test_kill_resume.XXXXXX)
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# run_until MS CMD...: CMD in a session of its own, every process of which (a launcher's
+# ranks too: they outlive a killed mpirun otherwise) gets SIGKILL after MS ms unless it has
+# ended; returns 137 when the kill came (whatever status a launcher made of its ranks'
+# deaths), CMD's exit status otherwise
+run_until() {
+    local ms=$1 fired=$W/kill_fired
+    shift
+    rm -f "$fired"
+    setsid "$@" &
+    local pid=$!
+    (sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"; touch "$fired"; pkill -KILL -s $pid) &
+    local killer=$!
+    wait $pid
+    local rc=$?
+    kill $killer 2> /dev/null
+    wait $killer 2> /dev/null
+    pkill -KILL -s $pid 2> /dev/null  # ranks left behind by a launcher that ended first
+    [ -f "$fired" ] && return 137
+    return $rc
+}
 
 # main.log without the timing fields: step lines keep step, loss, norm and lr
 normalized_log() { awk -F'|' '/^step /{ print $1 "|" $2 "|" $3 "|" $4; next } { print }' "$1"; }
@@ -59,11 +83,12 @@ logged_at_checkpoint() {
 }
 
 t0=$(now_ms)
-$TRAINER $ARGS $EXTRA_FLAGS -o $W/ref > $W/ref.out 2>&1 || {
+$LAUNCH $TRAINER $ARGS $EXTRA_FLAGS -o $W/ref > $W/ref.out 2>&1 || {
     echo "error: the reference run failed:"; tail -5 $W/ref.out; exit 1; }
 ref_ms=$(( $(now_ms) - t0 ))
 normalized_log $W/ref/main.log > $W/ref.log
-echo "reference run: $STEPS steps in $ref_ms ms ($TRAINER $ARGS${EXTRA_FLAGS:+ $EXTRA_FLAGS}); KILL_SEED=$KILL_SEED"
+echo "reference run: $STEPS steps in $ref_ms ms (${LAUNCH:+$LAUNCH }$TRAINER $ARGS${EXTRA_FLAGS:+ $EXTRA_FLAGS});" \
+    "KILL_SEED=$KILL_SEED"
 RANDOM=$KILL_SEED
 
 # A kill delay in ms: a quarter within the first half second (start-up: tokenizer, data
@@ -85,14 +110,12 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
     why=""
     while :; do
         ms=$(kill_delay_ms)
-        # --foreground: the signal goes to the trainer alone, and the shell prints no notice
-        timeout --foreground -s KILL "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" \
-            $TRAINER $ARGS $EXTRA_FLAGS -o $d -y 1 >> $d.out 2>&1
+        run_until "$ms" $LAUNCH $TRAINER $ARGS $EXTRA_FLAGS -o $d -y 1 >> $d.out 2>&1
         rc=$?
         [ $rc -eq 0 ] && break
-        # 137: killed. 124: timeout fired as the run was ending on its own (it had exited, or
-        # was exiting, when the signal came): either way the next -y 1 finds out which
-        if [ $rc -ne 137 ] && [ $rc -ne 124 ]; then
+        # 137: killed (also when the signal came as the run was ending on its own: the next
+        # -y 1 finds out whether it had finished)
+        if [ $rc -ne 137 ]; then
             why="a run exited with status $rc: $(grep -m1 '^error' $d.out)"
             break
         fi
