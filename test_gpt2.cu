@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     float grad_tol = 0.0f;
     int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT;
     const char *optimizer_state = "fp32";
-    int offload = 0;
+    int offload = 0, cuda_graph = 0;
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
@@ -79,6 +79,7 @@ int main(int argc, char **argv) {
          "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
         {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
         {NULL, "--offload", ARG_INT, &offload, "1: master weights and moments in pinned host memory"},
+        {NULL, "--cuda-graph", ARG_INT, &cuda_graph, "1: the AdamW steps' micro-steps replayed from a CUDA graph"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
@@ -89,6 +90,7 @@ int main(int argc, char **argv) {
     if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
         fatal("--optimizer-state must be fp32 or bf16");
     if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1");
+    if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1");
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
     snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
@@ -111,17 +113,18 @@ int main(int argc, char **argv) {
     model.deterministic = deterministic;
     model.moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
     model.offload = offload;
+    model.graph = cuda_graph;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) model.scaler.scale = 1024.0f;
     printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s, "
-           "%s moments%s\n",
+           "%s moments%s%s\n",
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, recompute,
            g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
            flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32",
-           offload ? ", optimizer state in host memory" : "");
+           offload ? ", optimizer state in host memory" : "", cuda_graph ? ", micro-steps from a CUDA graph" : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 
@@ -181,9 +184,7 @@ int main(int argc, char **argv) {
             if (step > 0) {
                 gpt2_zero_grad(&model);
                 CUDA_CHECK(cudaMemsetAsync(model.info + INFO_LOSS, 0, sizeof(float), s));
-                gpt2_forward(&model, B, T);
-                gpt2_loss(&model, model.info + INFO_LOSS, 1.0f / (float)BT, 1, B, T);
-                gpt2_backward(&model);
+                gpt2_micro_step(&model, B, T, 1.0f / (float)BT);  // with --cuda-graph 1: eager once, then replayed
             }
             gpt2_update(&model, &h, step + 1);
             CUDA_CHECK(cudaMemcpyAsync(info, model.info, sizeof info, cudaMemcpyDeviceToHost, s));
@@ -193,6 +194,12 @@ int main(int argc, char **argv) {
             failures += !ok; checks++;
             printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  tol %.0e  %s\n", step,
                    info[INFO_LOSS], ref.losses[step], e, info[INFO_NORM], step_tol, ok ? "ok" : "FAIL");
+        }
+        if (cuda_graph) {  // steps 2.. must have been replays, or the graph was not under test
+            ok = ref.nsteps < 3 || model.step_graph.replays == ref.nsteps - 2;
+            failures += !ok; checks++;
+            printf("CUDA graph: %d capture(s), %d replays  %s\n", model.step_graph.captures,
+                   model.step_graph.replays, ok ? "ok" : "FAIL");
         }
     } else {
         printf("debug state has no AdamW steps (version 2): step check skipped\n");

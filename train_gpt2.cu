@@ -42,6 +42,7 @@
 #include "kernels/global_norm.cuh"
 #include "kernels/adamw.cuh"
 #include "kernels/offload.cuh"
+#include "kernels/step_graph.cuh"
 #include "kernels/comm.cuh"
 
 // The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's
@@ -158,6 +159,9 @@ typedef struct {
     int deterministic;                          // 1: bitwise-reproducible backward (set before gpt2_build)
     LossScaler scaler;                          // S: backward computes d(S * loss); 1 unless fp16
     int inject_overflow;                        // test hook: this step's scaled gradients overflow
+    int graph;                                  // 1: training micro-steps replayed from a CUDA graph (one rank)
+    int graph_warm;                             // a micro-step has run eagerly (matmul plans, first launches)
+    StepGraph step_graph;
     Activations acts;
     size_t act_bytes, scratch_bytes;
     // a micro-batch on the device (d_batch) and in three pinned host buffers, each laid out
@@ -172,10 +176,12 @@ typedef struct {
 
 enum { BATCH_INPUTS, BATCH_TARGETS, BATCH_POSITIONS, BATCH_BUCKET_TOKEN, BATCH_BUCKET_START, BATCH_FIELDS };
 enum { HOST_BATCH_A, HOST_BATCH_B, HOST_BATCH_STAGED };
-// ints in a batch buffer: BATCH_FIELDS arrays of B*T, and one more for the bucket starts
-static size_t batch_ints(int B, int T) { return (size_t)BATCH_FIELDS * B * T + 1; }
+// ints in a batch buffer: BATCH_FIELDS arrays of B*T, one more for the bucket starts and
+// the bucket count (read on the device by a graph-replayed step)
+static size_t batch_ints(int B, int T) { return (size_t)BATCH_FIELDS * B * T + 2; }
 // field f of a batch buffer laid out at the model's capacity
 static int *batch_field(const GPT2 *m, int *buf, int f) { return buf + (size_t)f * m->B * m->T; }
+static int *batch_bucket_count(const GPT2 *m, int *buf) { return buf + (size_t)BATCH_FIELDS * m->B * m->T + 1; }
 
 // The parameter layout, and the optimizer's over `shard_world` ranks (1: unsharded).
 // Returns NULL, or why the model's slices cannot be sharded that way.
@@ -474,6 +480,7 @@ static void gpt2_free(GPT2 *model) {
                     a->dfch,        a->dqkv,      a->attn_scratch, a->lse,       a->flash_scratch, a->fscratch,
                     model->params,  model->grads, model->info,     model->d_batch, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+    step_graph_free(&model->step_graph);
     optimizer_state_free(model->master, model->offload);
     optimizer_state_free(model->m, model->offload);
     optimizer_state_free(model->v, model->offload);
@@ -500,8 +507,11 @@ static int fill_batch(GPT2 *model, int *h, const int *inputs, const int *targets
     }
     memcpy(batch_field(model, h, BATCH_INPUTS), inputs, BT * sizeof(int));
     if (targets) memcpy(batch_field(model, h, BATCH_TARGETS), targets, BT * sizeof(int));
-    return encoder_build_buckets(inputs, (int)BT, V, model->bucket_counts, batch_field(model, h, BATCH_POSITIONS),
-                                 batch_field(model, h, BATCH_BUCKET_TOKEN), batch_field(model, h, BATCH_BUCKET_START));
+    int nb = encoder_build_buckets(inputs, (int)BT, V, model->bucket_counts, batch_field(model, h, BATCH_POSITIONS),
+                                   batch_field(model, h, BATCH_BUCKET_TOKEN),
+                                   batch_field(model, h, BATCH_BUCKET_START));
+    *batch_bucket_count(model, h) = nb;
+    return nb;
 }
 // host buffer k (holding nb buckets) to the device, asynchronously on the compute stream
 static void send_batch(GPT2 *model, int k, int nb) {
@@ -768,9 +778,14 @@ static void gpt2_backward(GPT2 *model) {
         gpt2_reduce_grads(model, l);  // layer l's gradients are final: send them while layer l - 1 runs
     }
     int *d = model->d_batch;
+    // a graph replays for every batch: a grid for the most buckets a batch can have, the
+    // count read on the device
+    const size_t V = (size_t)model->config.vocab_size;
+    int nb = model->graph ? (int)(N < V ? N : V) : model->nb;
     PROF(PH_ENCODER, encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, batch_field(model, d, BATCH_POSITIONS),
                                       batch_field(model, d, BATCH_BUCKET_TOKEN),
-                                      batch_field(model, d, BATCH_BUCKET_START), model->nb, B, T, C, s));
+                                      batch_field(model, d, BATCH_BUCKET_START), nb,
+                                      model->graph ? batch_bucket_count(model, d) : NULL, B, T, C, s));
     gpt2_reduce_grads(model, -1);
 }
 
@@ -778,6 +793,38 @@ static void gpt2_zero_grad(GPT2 *model) {
     CUDA_CHECK(cudaMemsetAsync(model->grads, 0, model->grad_elems * sizeof(floatX), model->stream));
     if (model->gshard)
         CUDA_CHECK(cudaMemsetAsync(model->gshard, 0, model->zl.shard_elems * sizeof(floatX), model->stream));
+}
+
+// One micro-step over the uploaded batch: forward, the loss (added to info[INFO_LOSS], with
+// loss_scale) and the backward, whose gradients accumulate. With model->graph the launches
+// come from a CUDA graph (kernels/step_graph.cuh), after one eager micro-step has made the
+// matmul plans and the kernels' first-launch setup, which must not happen inside a capture.
+typedef struct {
+    GPT2 *model;
+    int B, T;
+    float loss_scale;
+} MicroStep;
+
+static void micro_step_launches(void *ctx) {
+    MicroStep *m = (MicroStep *)ctx;
+    gpt2_forward(m->model, m->B, m->T);
+    gpt2_loss(m->model, m->model->info + INFO_LOSS, m->loss_scale, 1, m->B, m->T);
+    gpt2_backward(m->model);
+}
+
+static void gpt2_micro_step(GPT2 *model, int B, int T, float loss_scale) {
+    MicroStep m = {model, B, T, loss_scale};
+    if (!model->graph || !model->graph_warm) {
+        micro_step_launches(&m);
+        model->graph_warm = 1;
+        return;
+    }
+    // what the launches bake in: the shape, and the loss scale the gradients are computed with
+    struct {
+        int B, T;
+        float loss_scale, S;
+    } key = {B, T, loss_scale, model->inject_overflow ? INFINITY : model->scaler.scale};
+    step_graph_run(&model->step_graph, model->stream, &key, sizeof key, micro_step_launches, &m);
 }
 
 // --deterministic 0: one forward and backward of a dummy (all token 0) micro-batch with
@@ -1183,10 +1230,10 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
-    int prefetch = 1, tf32 = 0, log_gpu = -1, offload = 0;
+    int prefetch = 1, tf32 = 0, log_gpu = -1, offload = 0, cuda_graph = 0;
     int deterministic = DETERMINISTIC_DEFAULT;
     const char *comm_name = "nccl", *max_memory_text = "", *optimizer_state = "fp32";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 20];
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 21];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute,
@@ -1229,6 +1276,10 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch,
                                "1: read and prepare the next micro-batch on the host while the GPU runs the current "
                                "one, 0: when its micro-step starts");
+    specs[nspecs++] = arg_spec(NULL, "--cuda-graph", ARG_INT, &cuda_graph,
+                               "1: each training micro-step (forward, loss, backward) replayed from a CUDA graph "
+                               "(fewer launches: for small batches and models; one rank), 0: launched kernel by "
+                               "kernel");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile,
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
@@ -1272,6 +1323,12 @@ int main(int argc, char **argv) {
         fatal("--optimizer-state must be fp32 or bf16, got '%s'", optimizer_state);
     const int moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
     if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1, got %d", offload);
+    if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1, got %d", cuda_graph);
+    if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "
+                                     "inside the step; use one or the other");
+    if (cuda_graph && pg.world > 1)
+        fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
+              "--cuda-graph 0", pg.world);
     size_t max_memory = 0;
     if (*max_memory_text && !parse_bytes(max_memory_text, &max_memory))
         fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", max_memory_text);
@@ -1286,6 +1343,7 @@ int main(int argc, char **argv) {
     model.deterministic = deterministic;
     model.moments_bf16 = moments_bf16;
     model.offload = offload;
+    model.graph = cuda_graph;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use --flash-attention 0",
@@ -1410,10 +1468,8 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaMemsetAsync(model.info + INFO_LOSS, 0, sizeof(float), model.stream));
         for (int micro = 0; micro < accum; micro++) {
             batches_upload(&batches);
-            gpt2_forward(&model, B, T);
-            gpt2_loss(&model, model.info + INFO_LOSS, loss_scale, 1, B, T);
             model.last_micro = micro == accum - 1;
-            gpt2_backward(&model);
+            gpt2_micro_step(&model, B, T, loss_scale);
             // the next batch is read while the GPU works; not across a checkpoint, which
             // records the loader's position as the next batch to train
             if (micro + 1 < accum || (!last && !ckpt_due)) batches_prefetch(&batches);
@@ -1464,6 +1520,9 @@ int main(int argc, char **argv) {
         printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
                pg.world > 1 ? "; rank 0's GPU" : "", (peak_used - used0) * mib);
     if (rank0) printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB\n", host_peak_bytes() * mib);
+    if (rank0 && model.graph)
+        printf("CUDA graph: %d capture(s), %d replays of the micro-step (the first micro-step eager)\n",
+               model.step_graph.captures, model.step_graph.replays);
     if (rank0 && max_memory)
         printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n",
                (peak_used - used0) * mib, device_plan_bytes(&plan, setting) * mib, max_memory * mib,

@@ -53,6 +53,8 @@ static int encoder_build_buckets(const int *inp, int BT, int vocab_size, int *co
 }
 
 // grid (nb, ceil(C / (32 * X128::size))): block (i, j) sums bucket i over channel tile j.
+// With nb_dev, grid.x is an upper bound and the count is *nb_dev (a CUDA graph replays one
+// launch for batches of any bucket count): the blocks beyond it return at once.
 // Token frequencies are skewed (a newline or a comma can hold thousands of a batch's
 // positions), so a block's ENC_BWD_GROUPS warps walk interleaved positions of the bucket
 // and are then added in a fixed order: the longest bucket, not the average, sets the time.
@@ -60,10 +62,11 @@ static int encoder_build_buckets(const int *inp, int BT, int vocab_size, int *co
 
 __global__ void __launch_bounds__(32 * ENC_BWD_GROUPS)
 encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *positions, const int *bucket_token,
-                            const int *bucket_start, int C) {
+                            const int *bucket_start, const int *nb_dev, int C) {
     constexpr int V = X128::size, TILE = 32 * V;
     __shared__ float part[ENC_BWD_GROUPS][TILE];
     int b = blockIdx.x;
+    if (nb_dev && b >= *nb_dev) return;  // the whole block: before any __syncthreads
     int c = blockIdx.y * TILE + threadIdx.x * V;
     float acc[V];
     for (int k = 0; k < V; k++) acc[k] = 0.0f;
@@ -103,13 +106,14 @@ __global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *dout, in
     store128(dwpe + (size_t)t * C + c, g);
 }
 
-// nb: number of buckets (host value); positions/bucket_* are device copies of the host arrays
+// nb: number of buckets (host value), or with nb_dev (the count on the device) an upper
+// bound; positions/bucket_* are device copies of the host arrays
 static void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *positions,
-                             const int *bucket_token, const int *bucket_start, int nb, int B, int T, int C,
-                             cudaStream_t s) {
+                             const int *bucket_token, const int *bucket_start, int nb, const int *nb_dev, int B,
+                             int T, int C, cudaStream_t s) {
     dim3 grid(nb, ceil_div(C, 32 * X128::size));
     encoder_backward_wte_kernel<<<grid, dim3(32, ENC_BWD_GROUPS), 0, s>>>(dwte, dout, positions, bucket_token,
-                                                                          bucket_start, C);
+                                                                          bucket_start, nb_dev, C);
     LAUNCH_CHECK();
     encoder_backward_wpe_kernel<<<ceil_div((long)T * (C / X128::size), 256), 256, 0, s>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK();

@@ -6,8 +6,8 @@
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
 #      each in bf16 and fp16; -r 1 and -r 2 --fuse-gelu 0 at d12 (not QUICK)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
-#   3. resume bit for bit (bf16, fp16), a run repeated bit for bit, --prefetch 0 against 1,
-#      --offload 1 against 0 (bf16, fp16, fp32)
+#   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1), a run repeated bit for bit,
+#      --prefetch 0 against 1, --offload 1 and --cuda-graph 1 against 0 (bf16, fp16, fp32)
 #   4. the fp16 loss scaler in training: forced overflows skip their step and halve the
 #      scale, clean steps double it, and both survive a resume
 #   5. the collectives: test_comm over NCCL at one rank, over MPI at two ranks on this GPU
@@ -163,20 +163,22 @@ fi
 section "3. resume, repetition, prefetch"
 # 20 steps straight (checkpoint every 10) against a resume from the step-10 checkpoint
 R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0 --deterministic 1 $FLAGS"
-# resume_pair PREC_SUFFIX WHAT: runs A (straight) and B (resumed at 10); passes when B's steps
-# 11-20 repeat A's
+# resume_pair PREC_SUFFIX WHAT [TAG FLAG...]: runs A (straight) and B (resumed at 10) of the
+# build PREC_SUFFIX, with FLAGs (logs named with TAG); passes when B's steps 11-20 repeat A's
 resume_pair() {
-    local exe=$BIN/train_gpt2cu$1 a b
+    local exe=$BIN/train_gpt2cu$1 what=$2 n=$1${3:-} a b
+    shift 2
+    [ $# -gt 0 ] && shift
     # shellcheck disable=SC2086
-    run resume "A$1" 120 "$exe" $TR $R -o "$W/runA$1" -n 10
-    mkdir -p "$W/runB$1"
-    cp "$W/runA$1/model_00000010.bin" "$W/runA$1/state_00000010.bin" "$W/runB$1/" 2>/dev/null
+    run resume "A$n" 120 "$exe" $TR $R "$@" -o "$W/runA$n" -n 10
+    mkdir -p "$W/runB$n"
+    cp "$W/runA$n/model_00000010.bin" "$W/runA$n/state_00000010.bin" "$W/runB$n/" 2>/dev/null
     # shellcheck disable=SC2086
-    run resume "B$1" 120 "$exe" $TR $R -o "$W/runB$1" -n 10 -y 1
-    a=$(steps "A$1" | tail -n +11)
-    b=$(steps "B$1")
-    if [ "$(echo "$a" | grep -c .)" = 10 ] && [ "$a" = "$b" ]; then pass "$2 resume: steps 11-20 bit-exact"
-    else fail "$2 resume: steps 11-20 differ: $(failed "A$1" "B$1")$(diff <(echo "$a") <(echo "$b") | head -3 |
+    run resume "B$n" 120 "$exe" $TR $R "$@" -o "$W/runB$n" -n 10 -y 1
+    a=$(steps "A$n" | tail -n +11)
+    b=$(steps "B$n")
+    if [ "$(echo "$a" | grep -c .)" = 10 ] && [ "$a" = "$b" ]; then pass "$what resume: steps 11-20 bit-exact"
+    else fail "$what resume: steps 11-20 differ: $(failed "A$n" "B$n")$(diff <(echo "$a") <(echo "$b") | head -3 |
         tr '\n' ' ')"
     fi
 }
@@ -195,20 +197,26 @@ run resume P 120 "$BIN/train_gpt2cu" $TR $R -o "$W/runP" -n 10 --prefetch 0
 verdict $? "--prefetch 0 and 1: 20 steps bit-exact" \
     "--prefetch 0 vs 1: steps differ: $(failed A P)$(diff <(steps A) <(steps P) | head -3 | tr '\n' ' ')"
 resume_pair _fp16 fp16
-# the optimizer state in host memory (--offload 1): the same AdamW kernel on the same
-# numbers, only read and written over PCIe, so run A's 20 steps bit for bit in every build
-# (fp32: the moments only, its parameters are the master weights)
+# switches that change where the work runs, not what it computes, so run A's 20 steps bit for
+# bit in every build: the optimizer state in host memory (--offload 1: the same AdamW kernel
+# reading and writing over PCIe; fp32: the moments only, its parameters are the master
+# weights), and micro-steps replayed from a CUDA graph (--cuda-graph 1: the same launches)
 for sfx in "" _fp16 _fp32; do
     [ -x "$BIN/train_gpt2cu$sfx" ] || continue
     # shellcheck disable=SC2086
     [ -n "$sfx" ] && [ ! -f "$W/A$sfx.log" ] && run resume "A$sfx" 120 "$BIN/train_gpt2cu$sfx" $TR $R
-    # shellcheck disable=SC2086
-    run resume "O$sfx" 120 "$BIN/train_gpt2cu$sfx" $TR $R --offload 1
-    [ "$(steps "A$sfx" | grep -c .)" = 20 ] && [ "$(steps "A$sfx")" = "$(steps "O$sfx")" ]
-    verdict $? "--offload 1 and 0${sfx:+ ($sfx)}: 20 steps bit-exact" \
-        "--offload 1 vs 0${sfx:+ ($sfx)}: steps differ: $(failed "A$sfx" "O$sfx")$(diff <(steps "A$sfx") \
-        <(steps "O$sfx") | head -3 | tr '\n' ' ')"
+    for sw in "--offload 1" "--cuda-graph 1"; do
+        name="O$sfx${sw// /}"
+        # shellcheck disable=SC2086
+        run resume "$name" 120 "$BIN/train_gpt2cu$sfx" $TR $R $sw
+        [ "$(steps "A$sfx" | grep -c .)" = 20 ] && [ "$(steps "A$sfx")" = "$(steps "$name")" ]
+        verdict $? "$sw and its default${sfx:+ ($sfx)}: 20 steps bit-exact" \
+            "$sw vs its default${sfx:+ ($sfx)}: steps differ: $(failed "A$sfx" "$name")$(diff <(steps "A$sfx") \
+            <(steps "$name") | head -3 | tr '\n' ' ')"
+    done
 done
+# resume with graphs: the resumed run's first micro-step is eager, the rest replayed
+resume_pair "" "bf16 --cuda-graph 1" _graph --cuda-graph 1
 
 section "4. fp16 loss scaler"
 # Steps 5 and 11 overflow (test hooks), and 5 clean steps in a row double the scale (a window

@@ -16,7 +16,7 @@
 # resume cuts main.log back to its checkpoint; a newest checkpoint that is incomplete or
 # corrupt is skipped for the newest intact one.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 TRAINER=${TRAINER:-./train_gpt2}
 LAUNCH=${LAUNCH:-}
 EXTRA_FLAGS=${EXTRA_FLAGS:-}

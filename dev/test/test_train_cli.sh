@@ -114,6 +114,8 @@ if [ -x ./train_gpt2cu ]; then
         "--offload 1 -b 4 (128 micro-steps per step): 15.98 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
         --max-device-memory 16G
     expect_error "--offload out of range" "--offload must be 0 or 1" $SMALL --offload 2
+    expect_error "--cuda-graph out of range" "--cuda-graph must be 0 or 1" $SMALL --cuda-graph 2
+    expect_error "--cuda-graph with --profile" "use one or the other" $SMALL --cuda-graph 1 --profile 1
     expect_error "13 GiB: whole-block recomputation keeps B=64" "-r 3: 12.09 GiB" -e d12 -b 64 -t 1024 -d 524288 \
         --max-device-memory 13G
     # without -d the tokens per step are B*T: a smaller -b comes with the -d that keeps them
@@ -125,6 +127,7 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi
     export GPT2_NCCL_ID_FILE=$W/nccl_id
     expect_error "total batch not a multiple of B*T*ranks" "B*T*ranks" $SMALL -d 32
+    expect_error "--cuda-graph with several ranks" "--cuda-graph 1 runs on one rank" $SMALL -d 64 --cuda-graph 1
     export WORLD_SIZE=3
     expect_error "ZeRO slices that do not split over the ranks" "-z 1 with 3 ranks" $SMALL -d 96 -z 1
     export WORLD_SIZE=2 RANK=2
