@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for the GPU benchmark (docs/performance.md).
+"""PyTorch baseline for the GPU benchmark (docs/performance.md) and the memory study (docs/memory.md).
 
 The same GPT-2 as dev/gpt2_ref.py (pre-LayerNorm blocks, GELU tanh, learned position
 embeddings, lm_head tied to wte, no dropout), written for speed instead of as a
@@ -9,22 +9,34 @@ zero; the loss is taken over the real V = 50257 logits only), torch.compile, bf1
 autocast, TF32 for the fp32 matmuls, fused AdamW (lr 6e-4, betas 0.9/0.95, weight decay
 0.1 on the 2-D weights), gradient clipping at 1.0.
 
+The memory study's techniques, each off by default (the defaults are the benchmark's run):
+    --grad-accum N        N micro-batches of B x T per optimizer step: a large batch in a small activation memory
+    --checkpoint blocks   keep only each block's input, run its forward again in the backward (train_gpt2cu -r 3)
+    --optimizer foreach   AdamW's multi-tensor loop instead of its fused kernel, for comparison
+    --fsdp plain|offload  FullyShardedDataParallel at world size 1 (where it does not shard: its overhead);
+                          offload keeps parameters, gradients and the optimizer step in host memory
+    --warmup-steps N      steps left out of the means (default 10: compilation, autotuning, allocator growth)
+
 Prints one line per step (loss, ms, tokens/s) and at the end one machine-readable line
     SUMMARY {"program": "pytorch", ...}
-with the mean ms/step and tokens/s over the steps after the first 10 (the compile
-warm-up), the MFU against 989 TFLOP/s (bf16 dense, H100/H200 datasheet) with
-FLOPs/token = 6*N + 12*L*T*C (N = parameters with wte counted once and the real, unpadded
-vocabulary, as in docs/performance.md and train_gpt2cu), and torch.cuda.max_memory_allocated /
-max_memory_reserved.
+with the mean ms/step and tokens/s over the steps after the warm-up, the MFU against 989
+TFLOP/s (bf16 dense, H100/H200 datasheet) with FLOPs/token = 6*N + 12*L*T*C (N = parameters
+with wte counted once and the real, unpadded vocabulary, as in docs/performance.md and
+train_gpt2cu; the recomputation of --checkpoint is not counted), torch.cuda.max_memory_allocated /
+max_memory_reserved, and the process's peak resident host memory (ru_maxrss).
 
     python3 dev/train_gpt2_torch.py --model d12 --batch 64 --seq-len 1024 --steps 30
     python3 dev/train_gpt2_torch.py --data random ...     # random tokens, no shards needed
+    python3 dev/train_gpt2_torch.py --model d48 --batch 8 --grad-accum 64 --checkpoint blocks --compile blocks
 """
 import argparse
+import contextlib
 import glob
 import json
 import math
 import os
+import resource
+import socket
 import sys
 import time
 
@@ -32,6 +44,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 MODELS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
 VOCAB = 50257
@@ -40,13 +53,14 @@ MAX_T = 1024
 SHARD_MAGIC = 20240520
 HEADER_INTS = 256
 PEAK_FLOPS = 989e12
-WARMUP_STEPS = 10  # steps left out of the means (compile, autotuning, allocator growth)
+WARMUP_STEPS = 10  # default of --warmup-steps: steps left out of the means (compile, autotuning, allocator growth)
 
 
 class Block(nn.Module):
-    def __init__(self, C, H):
+    def __init__(self, C, H, recompute=False):
         super().__init__()
         self.H = H
+        self.recompute = recompute
         self.ln1 = nn.LayerNorm(C)
         self.qkv = nn.Linear(C, 3 * C)
         self.attproj = nn.Linear(C, C)
@@ -55,6 +69,13 @@ class Block(nn.Module):
         self.fcproj = nn.Linear(4 * C, C)
 
     def forward(self, x):
+        if self.recompute:
+            # inside the block, so that a compiled block traces the checkpoint and an FSDP unit
+            # holds its parameters gathered while the backward runs the forward again
+            return checkpoint(self.body, x, use_reentrant=False)
+        return self.body(x)
+
+    def body(self, x):
         B, T, C = x.shape
         H = self.H
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
@@ -75,12 +96,12 @@ def head_loss(x, lnf_w, lnf_b, wte, targets):
 
 
 class GPT2(nn.Module):
-    def __init__(self, L, H, C):
+    def __init__(self, L, H, C, recompute=False):
         super().__init__()
         self.L, self.H, self.C = L, H, C
         self.wte = nn.Embedding(VOCAB_PADDED, C)
         self.wpe = nn.Embedding(MAX_T, C)
-        self.blocks = nn.ModuleList([Block(C, H) for _ in range(L)])
+        self.blocks = nn.ModuleList([Block(C, H, recompute) for _ in range(L)])
         self.lnf = nn.LayerNorm(C)
         self.head = head_loss
         # the GPT-2 init of gpt2_ref.py: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
@@ -154,12 +175,23 @@ def parse_args(argv=None):
     ap.add_argument("--model", default="d12", choices=sorted(MODELS))
     ap.add_argument("--batch", type=int, default=64, help="batch size B")
     ap.add_argument("--seq-len", type=int, default=1024, help="sequence length T (at most 1024)")
-    ap.add_argument("--steps", type=int, default=30, help="optimizer steps (more than 10: the first 10 are not timed)")
+    ap.add_argument("--steps", type=int, default=30,
+                    help="optimizer steps (more than --warmup-steps, which are not timed)")
+    ap.add_argument("--warmup-steps", type=int, default=WARMUP_STEPS, help="first steps left out of the means")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches of B x T per optimizer step")
     ap.add_argument("--data", default="data/tinyshakespeare/tiny_shakespeare_train_*.bin",
                     help="token shards (glob), or 'random' for random tokens")
     ap.add_argument("--compile", default="full", choices=["full", "blocks", "none"],
                     help="torch.compile the whole model, each block and the head separately "
                          "(one compiled graph shared by all layers: a much shorter compile), or nothing")
+    ap.add_argument("--checkpoint", default="none", choices=["none", "blocks"],
+                    help="activation checkpointing: keep each block's input only and run its forward again "
+                         "in the backward")
+    ap.add_argument("--optimizer", default="fused", choices=["fused", "foreach"],
+                    help="AdamW implementation (under --fsdp offload always foreach: the parameters are on the host)")
+    ap.add_argument("--fsdp", default="none", choices=["none", "plain", "offload"],
+                    help="FullyShardedDataParallel at world size 1, each block one unit; offload keeps parameters, "
+                         "gradients and the optimizer step in host memory")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
@@ -167,8 +199,13 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.batch < 1 or not 1 <= args.seq_len <= MAX_T:
         ap.error("need --batch >= 1 and 1 <= --seq-len <= %d" % MAX_T)
-    if args.steps <= WARMUP_STEPS:
-        ap.error("--steps must exceed %d (the untimed warm-up steps)" % WARMUP_STEPS)
+    if args.warmup_steps < 0 or args.grad_accum < 1:
+        ap.error("need --warmup-steps >= 0 and --grad-accum >= 1")
+    if args.steps <= args.warmup_steps:
+        ap.error("--steps must exceed --warmup-steps %d (the untimed warm-up steps)" % args.warmup_steps)
+    if args.fsdp != "none" and args.compile != "none":
+        # torch.compile under FSDP1 is not reliable enough to measure: keep that pairing out
+        ap.error("--fsdp %s needs --compile none (not --compile %s)" % (args.fsdp, args.compile))
     return args
 
 
@@ -206,10 +243,67 @@ class EnergyMeter:
         return 1e-3 * self.mj.value
 
 
+def forward_backward(fwd, data, n, no_sync=None, amp=True):
+    """Forward and backward of n micro-batches, each loss divided by n so that the gradients add up to
+    those of the mean loss; returns that mean (detached). no_sync, where given, is entered for all but
+    the last micro-batch."""
+    total = None
+    for i in range(n):
+        x, y = data.next()
+        with no_sync() if no_sync is not None and i < n - 1 else contextlib.nullcontext():
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+                loss = fwd(x, y)
+            if n > 1:
+                loss = loss / n
+            loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
+
+
+def init_single_rank_group():
+    """A process group of this process alone, for FSDP; the rendezvous on a free local port unless the
+    environment names one."""
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    dist.init_process_group(backend="nccl")
+    world = dist.get_world_size()
+    if world != 1:
+        dist.destroy_process_group()
+        sys.exit("error: --fsdp runs one process on one GPU (WORLD_SIZE=1), not %d" % world)
+
+
+def wrap_fsdp(model, offload):
+    """Each block its own FSDP unit; the root holds wte (also the lm_head: the tie stays inside one
+    unit), wpe and ln_f. The original parameters stay visible (use_orig_params) for the optimizer's
+    weight-decay groups and the tied lm_head."""
+    from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    return FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
+                device_id=torch.cuda.current_device(),
+                cpu_offload=CPUOffload(offload_params=True) if offload else None)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("error: no CUDA device")
+    if args.fsdp != "none":
+        init_single_rank_group()
+    try:
+        train(args)
+    finally:
+        if args.fsdp != "none":
+            import torch.distributed as dist
+            dist.destroy_process_group()
+
+
+def train(args):
     device = "cuda"
     torch.manual_seed(args.seed)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -217,16 +311,34 @@ def main(argv=None):
     torch.set_float32_matmul_precision("high")
 
     L, H, C = MODELS[args.model]
-    B, T = args.batch, args.seq_len
-    model = GPT2(L, H, C).to(device)
+    B, T, N = args.batch, args.seq_len, args.grad_accum
+    tokens_per_step = B * T * N
+    W = args.warmup_steps
+    offload = args.fsdp == "offload"
+    model = GPT2(L, H, C, recompute=args.checkpoint == "blocks")
+    if not offload:  # under offload FSDP moves one unit at a time to the GPU and back, never the whole model
+        model = model.to(device)
     n_real = model.num_real_params()
     flops_per_token = 6.0 * n_real + 12.0 * L * T * C
 
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    # the groups by identity, decided before FSDP, whose sharded views may be flat
+    params = list(model.parameters())
+    decay_ids = {id(p) for p in params if p.dim() >= 2}
+    if args.fsdp != "none":
+        model = wrap_fsdp(model, offload)
+        params = list(model.parameters())
+    decay = [p for p in params if id(p) in decay_ids]
+    no_decay = [p for p in params if id(p) not in decay_ids]
+    if len(decay) != len(decay_ids):
+        sys.exit("error: FSDP did not keep the original parameters (%d of %d weights found)"
+                 % (len(decay), len(decay_ids)))
+    # under offload the step runs on the host's copies: AdamW's foreach loop, not the GPU's fused kernel
+    optimizer = "foreach" if offload else args.optimizer
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if optimizer == "fused" else {"foreach": True}))
+    optimizer_note = "" if optimizer == args.optimizer else " (not fused: --fsdp offload keeps parameters on the host)"
 
     if args.compile == "full":
         fwd = torch.compile(model)
@@ -236,12 +348,17 @@ def main(argv=None):
                 block.compile()
             model.head = torch.compile(head_loss)
         fwd = model
+    # FSDP with CPU offload replaces the host gradient with each backward's instead of adding to it,
+    # so the micro-batches before the last accumulate on the GPU (fp32, the whole model's, until the last)
+    no_sync = model.no_sync if offload and N > 1 else None
 
     data = RandomBatches(B, T, device, args.seed) if args.data == "random" else TokenBatches(args.data, B, T, device)
     gpu = torch.cuda.get_device_properties(0)
     print("device: %s, %.0f MiB; torch %s" % (gpu.name, gpu.total_memory / 2**20, torch.__version__))
-    print("model: %s L=%d H=%d C=%d, %.2fM parameters (real vocab, wte once); B=%d T=%d, %d steps, compile %s, data %s"
-          % (args.model, L, H, C, n_real / 1e6, B, T, args.steps, args.compile, args.data))
+    print("model: %s L=%d H=%d C=%d, %.2fM parameters (real vocab, wte once); B=%d T=%d, %d steps, compile %s, "
+          "data %s; grad accum %d (%d tokens/step), checkpoint %s, optimizer %s AdamW%s, fsdp %s, %d warm-up steps"
+          % (args.model, L, H, C, n_real / 1e6, B, T, args.steps, args.compile, args.data,
+             N, tokens_per_step, args.checkpoint, optimizer, optimizer_note, args.fsdp, W))
     sys.stdout.flush()
 
     torch.cuda.reset_peak_memory_stats()
@@ -251,14 +368,16 @@ def main(argv=None):
     t_start = time.perf_counter()
     for step in range(args.steps):
         torch.cuda.synchronize()
-        if step == WARMUP_STEPS:
+        if step == W:
             e_start = meter.joules()
         t0 = time.perf_counter()
-        x, y = data.next()
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            loss = fwd(x, y)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip) if args.grad_clip > 0 else None
+        loss = forward_backward(fwd, data, N, no_sync)
+        if args.grad_clip <= 0:
+            norm = None
+        elif args.fsdp != "none":
+            norm = model.clip_grad_norm_(args.grad_clip)  # the norm over all units' gradients
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss_v = loss.item()  # synchronizes
@@ -266,18 +385,21 @@ def main(argv=None):
         dt = time.perf_counter() - t0
         times.append(dt)
         print("step %4d/%d | loss %.6f | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%"
-              % (step + 1, args.steps, loss_v, norm_v, dt * 1e3, B * T / dt,
-                 100.0 * flops_per_token * B * T / dt / PEAK_FLOPS), flush=True)
+              % (step + 1, args.steps, loss_v, norm_v, dt * 1e3, tokens_per_step / dt,
+                 100.0 * flops_per_token * tokens_per_step / dt / PEAK_FLOPS), flush=True)
     total_s = time.perf_counter() - t_start
     e_end = meter.joules()
 
-    timed = times[WARMUP_STEPS:]
+    timed = times[W:]
     mean_s = sum(timed) / len(timed)
-    tok_s = B * T / mean_s
+    tok_s = tokens_per_step / mean_s
     free, total = torch.cuda.mem_get_info()
+    host_peak_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
     summary = {
-        "program": "pytorch", "model": args.model, "B": B, "T": T, "steps": args.steps,
-        "timed_steps": "%d..%d" % (WARMUP_STEPS + 1, args.steps), "compile": args.compile,
+        "program": "pytorch", "model": args.model, "B": B, "T": T, "grad_accum": N,
+        "tokens_per_step": tokens_per_step, "steps": args.steps,
+        "timed_steps": "%d..%d" % (W + 1, args.steps), "compile": args.compile,
+        "checkpoint": args.checkpoint, "optimizer": optimizer, "fsdp": args.fsdp,
         "ms_per_step": round(mean_s * 1e3, 2), "tokens_per_s": round(tok_s),
         "mfu_pct": round(100.0 * flops_per_token * tok_s / PEAK_FLOPS, 2),
         "params_real": n_real, "flops_per_token": flops_per_token,
@@ -285,16 +407,18 @@ def main(argv=None):
         "max_allocated_MiB": round(torch.cuda.max_memory_allocated() / 2**20),
         "max_reserved_MiB": round(torch.cuda.max_memory_reserved() / 2**20),
         "device_used_end_MiB": round((total - free) / 2**20),
+        "host_peak_MiB": host_peak_mib,
     }
     print("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%"
-          % (WARMUP_STEPS + 1, args.steps, mean_s * 1e3, tok_s, summary["mfu_pct"]))
+          % (W + 1, args.steps, mean_s * 1e3, tok_s, summary["mfu_pct"]))
     if e_start is not None and e_end is not None:
         summary["joules_per_step"] = round((e_end - e_start) / len(timed), 2)
         summary["mean_watts"] = round((e_end - e_start) / sum(timed), 1)
         print("energy over steps %d..%d (NVML board counter): %.1f J/step, %.0f W mean"
-              % (WARMUP_STEPS + 1, args.steps, summary["joules_per_step"], summary["mean_watts"]))
+              % (W + 1, args.steps, summary["joules_per_step"], summary["mean_watts"]))
     else:
         print("energy: not measured (%s)" % (meter.why or "the counter stopped answering"))
+    print("host memory at peak (ru_maxrss): %d MiB" % host_peak_mib)
     print("SUMMARY " + json.dumps(summary), flush=True)
 
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""The memory study's chart (scripts/study_memory.sh): for each model, one bar per row with
+its device memory at peak (the trainer's own figure; nvidia-smi's per-process figure for
+rows that share the GPU and for PyTorch's), labelled with tokens/s. Budgets are drawn as
+dashed lines.
+
+    python3 scripts/plot_memory_study.py out/study_memory/rows.tsv docs/img/memory_study.png
+"""
+import sys
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: plot_memory_study.py ROWS.tsv OUT.png")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("error: matplotlib is not installed (pip install matplotlib)")
+    rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+    if not rows or any(len(r) < 13 for r in rows):
+        sys.exit("error: %s: not a study_memory.sh rows file (13 tab-separated fields a line)" % sys.argv[1])
+    models = [m for m in ("d48", "d24", "d12") if any(r[1] == m for r in rows)]
+    budgets = {"d48": 16, "d24": 8, "d12": 4}
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 7), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in rows if r[1] == model]
+        labels, values, colours, notes = [], [], [], []
+        for r in mine:
+            own = r[0] == "ours" and r[5] != "-"
+            mib = float(r[5] if own else r[6]) if (r[5] if own else r[6]) not in ("-", "None", "0") else 0.0
+            labels.append(("PyTorch: " if r[0] == "pytorch" else "") + r[3])
+            values.append(mib / 1024)
+            colours.append("#d62728" if r[0] == "pytorch" else "#2ca02c" if "offload" in r[3] else "#1f77b4")
+            notes.append("%s tok/s" % r[8] if r[8] not in ("-", "None") else "memory only")
+        y = range(len(values))
+        ax.barh(list(y), values, color=colours)
+        for i, (v, n) in enumerate(zip(values, notes)):
+            ax.text(v, i, " %.1f GiB, %s" % (v, n), va="center", fontsize=7)
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.axvline(budgets[model], linestyle="--", color="grey")
+        ax.set_xlabel("device memory at peak, GiB (dashed: %d GiB)" % budgets[model])
+        ax.set_title("GPT-2 %s, T=1024, 524,288 tokens/step" % model)
+        ax.set_xlim(0, max(values + [budgets[model]]) * 1.45)
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=110)
+    print("wrote %s" % sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()
