@@ -35,6 +35,7 @@ METRICS_NAME = "metrics.jsonl"
 TORCH_STEP_RE = re.compile(r"^step\s+(\d+)/\d+\s+\|\s+loss\s+(\S+)\s+\|")
 TORCH_MS_RE = re.compile(r"\|\s+([0-9.]+)\s+ms\s+\|\s+([0-9.]+)\s+tok/s")
 TORCH_MODEL_RE = re.compile(r"^model: .*\bB=(\d+) T=(\d+)")
+TORCH_ACCUM_RE = re.compile(r"\((\d+) tokens/step\)")  # with --grad-accum: B*T*N tokens a step
 TEXT_VAL_RE = re.compile(r"^val loss\s+(\S+)\s+\(step (\d+)\)")
 
 
@@ -207,13 +208,15 @@ def parse_float(text):
 
 def load_log(path, text):
     """dev/train_gpt2_torch.py's stdout: 'step    N/S | loss X | norm X | X ms | X tok/s | ...';
-    tokens per step from its 'model: ... B=.. T=..' line, else from ms and tok/s"""
+    tokens per step from its 'model: ... B=.. T=..' line ('(N tokens/step)' there with
+    gradient accumulation), else from ms and tok/s"""
     run = Run(path, "log")
     tokens = 0.0
     for line in text.splitlines():
         m = TORCH_MODEL_RE.match(line)
         if m:
-            run.total_batch = int(m.group(1)) * int(m.group(2))
+            acc = TORCH_ACCUM_RE.search(line)
+            run.total_batch = int(acc.group(1)) if acc else int(m.group(1)) * int(m.group(2))
             continue
         m = TEXT_VAL_RE.match(line)
         if m:

@@ -130,18 +130,20 @@ def uncut_resume(d):
     return write_jsonl(os.path.join(d, "uncut", "metrics.jsonl"), recs)
 
 
-def torch_log(d):
-    """what `python3 dev/train_gpt2_torch.py ... > torch.log` saves (B=4 T=64: 256 tokens a step)"""
+def torch_log(d, accum=1, name="torch.log"):
+    """what `python3 dev/train_gpt2_torch.py ... > torch.log` saves (B=4 T=64: 256 tokens a
+    micro-batch; with accum > 1 the model line names the tokens a step, as --grad-accum writes it)"""
     lines = ["device: NVIDIA H200, 143156 MiB; torch 2.5.1",
              "model: d12 L=12 H=12 C=768, 124.44M parameters (real vocab, wte once); B=4 T=64, 40 steps, "
-             "compile full, data random"]
+             "compile full, data random" + ("; grad accum %d (%d tokens/step), checkpoint none" % (accum, 256 * accum)
+                                            if accum > 1 else "")]
     for n in range(1, 41):
         loss = "nan" if n == 7 else "%.6f" % curve(n, 10.5)
         lines.append("step %4d/%d | loss %s | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%"
                      % (n, 40, loss, 1.2, 20.0, 256 / 0.02, 45.0))
     lines += ["mean over steps 11..40: 20.0 ms/step, 12800 tok/s, MFU 45.0%",
               "energy: not measured (no NVML)", 'SUMMARY {"program": "pytorch", "steps": 40}']
-    path = os.path.join(d, "torch.log")
+    path = os.path.join(d, name)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
@@ -173,6 +175,8 @@ def check_reading(d, a, b, uncut, tlog):
     rt = pm.load(tlog)
     check("the PyTorch log: 40 steps, 'nan' as a gap, tokens = step x B x T",
           rt.steps() == list(range(1, 41)) and rt.loss[7] is None and rt.tokens[40] == 40 * 256)
+    rg = pm.load(torch_log(d, accum=8, name="torch_accum.log"))
+    check("a PyTorch log with --grad-accum 8: tokens = step x B x T x 8", rg.tokens[40] == 40 * 256 * 8)
     check("an evaluation between step records is placed on the tokens axis",
           ra.tokens_at(20) == 20 * 4096 and rb.tokens_at(100) == 100 * 4096)
 
