@@ -50,7 +50,7 @@ run_until() {
     local pid=$!
     (sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"; touch "$fired"; pkill -KILL -s $pid) &
     local killer=$!
-    wait $pid
+    wait $pid 2> /dev/null  # (the shell's notice of a killed job: not the run's output)
     local rc=$?
     kill $killer 2> /dev/null
     wait $killer 2> /dev/null
@@ -93,10 +93,13 @@ RANDOM=$KILL_SEED
 
 # A kill delay in ms: a quarter within the first half second (start-up: tokenizer, data
 # checks, resume), the rest within three quarters of the reference run's length, so that
-# most runs are killed even when the machine was busier during the reference.
+# most runs are killed even when the machine was busier during the reference. The window
+# grows by a tenth with each kill of the trial ($1): on a machine that has become slower
+# than during the reference, restarts still get through.
 kill_delay_ms() {
+    local window=$(( ref_ms * 3 / 4 * (10 + $1) / 10 + 1 ))
     if (( RANDOM % 4 == 0 )); then echo $(( 1 + RANDOM % 500 ))
-    else echo $(( 1 + (RANDOM * 32768 + RANDOM) % (ref_ms * 3 / 4 + 1) )); fi
+    else echo $(( 1 + (RANDOM * 32768 + RANDOM) % window )); fi
 }
 
 passes=0
@@ -109,7 +112,7 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
     delays=""
     why=""
     while :; do
-        ms=$(kill_delay_ms)
+        ms=$(kill_delay_ms $kills)
         run_until "$ms" $LAUNCH $TRAINER $ARGS $EXTRA_FLAGS -o $d -y 1 >> $d.out 2>&1
         rc=$?
         [ $rc -eq 0 ] && break
