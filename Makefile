@@ -100,6 +100,11 @@ build/san/%: dev/test/%.c $(COMMON_H) dev/test/testutil.h
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp -pthread $(SAN_FLAGS) -o $@ $< $(LDLIBS)
 
+# the data loader's thread under ThreadSanitizer (the loader tests' races, if any)
+build/tsan/test_dataloader: dev/test/test_dataloader.c $(COMMON_H) dev/test/testutil.h
+	@mkdir -p build/tsan
+	$(CC) -std=c11 -Wall -Wextra -I. -pthread -O1 -g -fsanitize=thread -o $@ $< $(LDLIBS)
+
 build/san/test_gpt2: test_gpt2.c train_gpt2.c $(COMMON_H)
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -fno-math-errno -I. -fopenmp $(SAN_FLAGS) -o $@ test_gpt2.c $(LDLIBS)
@@ -137,7 +142,7 @@ build/test_nccl_id_file: dev/test/test_nccl_id_file.cu $(COMM_CUH) $(COMMON_H)  
 UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader \
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
              build/san/test_loss_scaler build/san/test_export_hf build/san/test_sampling \
-             build/san/test_hellaswag build/san/test_memory_budget
+             build/san/test_hellaswag build/san/test_memory_budget build/tsan/test_dataloader
 
 # The dependencies come first, before anything is built (mpicc builds a unit test), and the
 # tests run in a sub-make so that HAVE_MPI, PYTHON_TORCH, ... see what was just installed.

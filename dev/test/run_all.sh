@@ -103,6 +103,7 @@ run run_all-counting "$0" --self-test
 # unit tests (AddressSanitizer + UBSan builds)
 run checkpoint-io ./build/san/test_checkpoint
 run dataloader ./build/san/test_dataloader
+run dataloader-tsan ./build/tsan/test_dataloader
 run tokenizer-unit ./build/san/test_tokenizer_unit
 run sgemm ./build/test_sgemm
 run sgemm-sanitized ./build/san/test_sgemm
