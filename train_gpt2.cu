@@ -329,6 +329,9 @@ static void activation_bytes(const GPT2 *m, int B, int T, int recompute, int fla
 // NCCL's (or the MPI backend's) device buffers with several ranks: an estimate, not yet
 // measured on GPUs of their own
 #define COMM_RESERVE_BYTES ((size_t)512 << 20)
+// --offload 1: the GPU's page tables for the mapped host memory, at 8 bytes a 4 KiB page (an
+// estimate, not yet measured): 1/512 of the state
+#define OFFLOAD_MAP_RESERVE_DIVISOR 512
 typedef struct {
     size_t params, grads, optimizer, acts, scratch, other;
 } DevicePlan;
@@ -353,14 +356,15 @@ static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
     size_t ns = m->zl.shard_elems, slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     d.params = m->num_params * sizeof(floatX);
     d.grads = (gradient_elems(m, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
-    d.optimizer = s.offload ? 0  // in host memory
-                            : ns * 2 * adamw_moment_bytes(s.moments_bf16) +
-                                  (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
+    const size_t state = ns * 2 * adamw_moment_bytes(s.moments_bf16) +
+                         (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
+    d.optimizer = s.offload ? 0 : state;  // offload: in host memory
     size_t bytes[ACT_BUFFERS];
     activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
     for (int i = 0; i < ACT_BUFFERS; i++) (i >= ACT_FIRST_SCRATCH ? d.scratch : d.acts) += bytes[i];
     d.other = batch_ints(s.B, p->T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
-              DEVICE_RESERVE_BYTES + (s.ranks > 1 ? COMM_RESERVE_BYTES : 0);
+              DEVICE_RESERVE_BYTES + (s.ranks > 1 ? COMM_RESERVE_BYTES : 0) +
+              (s.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0);
     free(m);
     return d;
 }
@@ -819,11 +823,13 @@ static void gpt2_micro_step(GPT2 *model, int B, int T, float loss_scale) {
         model->graph_warm = 1;
         return;
     }
-    // what the launches bake in: the shape, and the loss scale the gradients are computed with
+    // what the launches bake in: the shape, the loss scale the gradients are computed with,
+    // and GELU's fusion (switched off for good when a shape finds no fused epilogue)
     struct {
         int B, T;
         float loss_scale, S;
-    } key = {B, T, loss_scale, model->inject_overflow ? INFINITY : model->scaler.scale};
+        int fuse_gelu;
+    } key = {B, T, loss_scale, model->inject_overflow ? INFINITY : model->scaler.scale, g_fuse_gelu};
     step_graph_run(&model->step_graph, model->stream, &key, sizeof key, micro_step_launches, &m);
 }
 

@@ -4,7 +4,8 @@
 # dist/gpu/bin) and the Tiny Shakespeare shards in $DATA (default dist/gpu/data):
 #   1. test_gpt2cu in bf16, fp32 and fp16 against fresh PyTorch references (dev/gpt2_ref.py)
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
-#      each in bf16 and fp16; -r 1 and -r 2 --fuse-gelu 0 at d12 (not QUICK)
+#      each in bf16 and fp16; --cuda-graph 1 and --offload 1 (with bf16 moments) at d12; -r 1
+#      and -r 2 --fuse-gelu 0 at d12 (not QUICK)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
 #   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1), a run repeated bit for bit,
 #      --prefetch 0 against 1, --offload 1 and --cuda-graph 1 against 0 (bf16, fp16, fp32)
@@ -120,10 +121,14 @@ for prec in bf16 fp32 fp16; do
     exe=$BIN/test_gpt2cu
     [ $prec != bf16 ] && exe=$BIN/test_gpt2cu_$prec
     for shape in small long d12; do
-        for extra in "" "--deterministic 0" "-r 1" "-r 2 --fuse-gelu 0"; do
-            # the atomic-dq backward is flash attention's (bf16, fp16): at every shape, QUICK too
+        for extra in "" "--deterministic 0" "--cuda-graph 1" "--offload 1 --optimizer-state bf16" "-r 1" \
+            "-r 2 --fuse-gelu 0"; do
+            # the atomic-dq backward is flash attention's (bf16, fp16): at every shape, QUICK too;
+            # the graphed AdamW steps and the state in host memory at d12, QUICK too
             if [ "$extra" = "--deterministic 0" ]; then
                 [ $prec = fp32 ] && continue
+            elif [[ "$extra" == --cuda-graph* || "$extra" == --offload* ]]; then
+                [ $shape != d12 ] && continue
             elif [ -n "$extra" ]; then
                 [ $shape != d12 ] || [ "$QUICK" = 1 ] && continue
             fi

@@ -121,7 +121,8 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d48 b4_r1 "-b 4 -r 1" 1 2 -b 4 -r 1
             ours d48 b4_r3 "-b 4 -r 3" 1 2 -b 4 -r 3
             ours d48 b4_bf16 "-b 4 bf16 moments" 1 2 -b 4 -r 0 --optimizer-state bf16
-            ours d48 off_b4 "offload -b 4 (16G)" 1 2 -b 4 -r 0 --offload 1 --max-device-memory 16G
+            ours d48 off_b2 "offload -b 2 (16G)" 1 2 -b 2 -r 0 --offload 1 --max-device-memory 16G
+            ours d48 off_b4_r1 "offload -b 4 -r 1 (16G)" 1 2 -b 4 -r 1 --offload 1 --max-device-memory 16G
             ours d48 off_b16_r3 "offload -b 16 -r 3 (16G)" 1 2 -b 16 -r 3 --offload 1 --max-device-memory 16G
             ;;
         d24)

@@ -43,18 +43,21 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # ended; returns 137 when the kill came (whatever status a launcher made of its ranks'
 # deaths), CMD's exit status otherwise
 run_until() {
-    local ms=$1 fired=$W/kill_fired
+    local ms=$1 fired=$W/kill_fired sidf=$W/kill_sid
     shift
-    rm -f "$fired"
-    setsid "$@" &
+    rm -f "$fired" "$sidf"
+    # the session's id from the session itself: setsid forks (and $! is not the session) when
+    # it leads its process group, as under job control
+    setsid -w bash -c 'echo $$ > "$0"; exec "$@"' "$sidf" "$@" &
     local pid=$!
-    (sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"; touch "$fired"; pkill -KILL -s $pid) &
+    (sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"; touch "$fired"
+     pkill -KILL -s "$(cat "$sidf" 2> /dev/null || echo $pid)") &
     local killer=$!
     wait $pid 2> /dev/null  # (the shell's notice of a killed job: not the run's output)
     local rc=$?
     kill $killer 2> /dev/null
     wait $killer 2> /dev/null
-    pkill -KILL -s $pid 2> /dev/null  # ranks left behind by a launcher that ended first
+    pkill -KILL -s "$(cat "$sidf" 2> /dev/null || echo $pid)" 2> /dev/null  # ranks a killed launcher left
     [ -f "$fired" ] && return 137
     return $rc
 }
