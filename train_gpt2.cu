@@ -1275,7 +1275,7 @@ int main(int argc, char **argv) {
                                "memory; checkpoints hold fp32 either way)");
     specs[nspecs++] = arg_spec(NULL, "--offload", ARG_INT, &offload,
                                "1: the fp32 master weights and AdamW's moments in pinned host memory (the update "
-                               "reads and writes them over PCIe; same results), 0: on the device");
+                               "reads and writes them over PCIe, with the same arithmetic), 0: on the device");
     specs[nspecs++] = arg_spec(NULL, "--max-device-memory", ARG_STRING, &max_memory_text,
                                "the most device memory the run may plan for, e.g. 16G (checked before any GPU "
                                "work; a run that does not fit stops naming settings that do); empty: no limit");
