@@ -87,8 +87,7 @@ int main(int argc, char **argv) {
     if (recompute < 0 || recompute > 3) fatal("-r must be 0, 1, 2 or 3");
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
-    if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
-        fatal("--optimizer-state must be fp32 or bf16");
+    const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
     if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1");
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1");
     char model_path[4096], state_path[4096];
@@ -111,7 +110,7 @@ int main(int argc, char **argv) {
     if (flash && !flash_supported(&model.config))
         fatal("--flash-attention 1: flash attention does not support this build or head size");
     model.deterministic = deterministic;
-    model.moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
+    model.moments_bf16 = moments_bf16;
     model.offload = offload;
     model.graph = cuda_graph;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);

@@ -1325,9 +1325,7 @@ int main(int argc, char **argv) {
     if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
     if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
-    if (strcmp(optimizer_state, "fp32") != 0 && strcmp(optimizer_state, "bf16") != 0)
-        fatal("--optimizer-state must be fp32 or bf16, got '%s'", optimizer_state);
-    const int moments_bf16 = strcmp(optimizer_state, "bf16") == 0;
+    const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
     if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1, got %d", offload);
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1, got %d", cuda_graph);
     if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "

@@ -133,6 +133,13 @@ static void adamw_update(floatX *params, float *master, const floatX *grads, siz
                      beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed, s);
 }
 
+// --optimizer-state's text: 1 for bf16 moments, 0 for fp32
+static int adamw_moments_bf16_arg(const char *text) {
+    if (strcmp(text, "fp32") != 0 && strcmp(text, "bf16") != 0)
+        fatal("--optimizer-state must be fp32 or bf16, got '%s'", text);
+    return strcmp(text, "bf16") == 0;
+}
+
 // Bytes of one moment on the device.
 static size_t adamw_moment_bytes(int moments_bf16) { return moments_bf16 ? 2 : 4; }
 

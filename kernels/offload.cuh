@@ -10,7 +10,7 @@
 // nothing could overlap anyway, since the update waits for the whole backward (the clip
 // needs the global gradient norm). The cost is bus traffic: 12 bytes of state per parameter
 // each way with fp32 master weights and moments, 8 with bf16 moments (docs/memory.md
-// measures it).
+// estimates its time).
 #pragma once
 #include "common.cuh"
 

@@ -38,7 +38,7 @@ W=$(mktemp -d build/test_kill_resume.XXXXXX)
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-# run_until MS CMD...: CMD in a session of its own, every process of which (a launcher's
+# run_until MS CMD...: CMD under setsid (an SID of its own), every process of which (a launcher's
 # ranks too: they outlive a killed mpirun otherwise) gets SIGKILL after MS ms unless it has
 # ended; returns 137 when the kill came (whatever status a launcher made of its ranks'
 # deaths), CMD's exit status otherwise
@@ -46,8 +46,8 @@ run_until() {
     local ms=$1 fired=$W/kill_fired sidf=$W/kill_sid
     shift
     rm -f "$fired" "$sidf"
-    # the session's id from the session itself: setsid forks (and $! is not the session) when
-    # it leads its process group, as under job control
+    # the SID from its leader itself: setsid forks (and $! is not the leader) when it leads
+    # its process group, as under job control
     setsid -w bash -c 'echo $$ > "$0"; exec "$@"' "$sidf" "$@" &
     local pid=$!
     (sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"; touch "$fired"
