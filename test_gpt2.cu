@@ -78,7 +78,8 @@ int main(int argc, char **argv) {
         {NULL, "--deterministic", ARG_INT, &deterministic,
          "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
         {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
-        {NULL, "--offload", ARG_INT, &offload, "1: master weights and moments in pinned host memory"},
+        {NULL, "--offload", ARG_INT, &offload,
+         "master weights and moments in pinned host memory; 1: updated in place, 2: staged in chunks"},
         {NULL, "--cuda-graph", ARG_INT, &cuda_graph, "1: the AdamW steps' micro-steps replayed from a CUDA graph"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
-    if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1");
+    if (offload < OFFLOAD_NONE || offload > OFFLOAD_STAGED) fatal("--offload must be 0, 1 or 2");
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1");
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
@@ -123,7 +124,9 @@ int main(int argc, char **argv) {
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, recompute,
            g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
            flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32",
-           offload ? ", optimizer state in host memory" : "", cuda_graph ? ", micro-steps from a CUDA graph" : "");
+           offload == OFFLOAD_STAGED ? ", optimizer state in host memory (staged)"
+           : offload                 ? ", optimizer state in host memory (mapped)"
+                                     : "", cuda_graph ? ", micro-steps from a CUDA graph" : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 

@@ -140,7 +140,8 @@ typedef struct {
     float *master;                              // fp32 master weights (NULL: none), this rank's shard
     void *m, *v;                                // AdamW moments, this rank's shard (zl.shard_elems)
     int moments_bf16;                           // 1: m and v in bf16 (set before gpt2_build), else fp32
-    int offload;                                // 1: master, m and v in mapped host memory (set before gpt2_build)
+    int offload;                                // OFFLOAD_*: where master, m and v are (set before gpt2_build)
+    OffloadStage stage;                         // --offload 2: the device buffers the state goes through
     floatX *gshard;                             // ZeRO-2: this rank's summed gradient chunks (zl.shard_elems)
     // data parallel: this process is rank of world; the optimizer's layout is sharded over
     // the ranks for ZeRO >= 1 (over one rank, i.e. unsharded, otherwise)
@@ -329,7 +330,7 @@ static void activation_bytes(const GPT2 *m, int B, int T, int recompute, int fla
 // NCCL's (or the MPI backend's) device buffers with several ranks: an estimate, not yet
 // measured on GPUs of their own
 #define COMM_RESERVE_BYTES ((size_t)512 << 20)
-// --offload 1: the GPU's page tables for the mapped host memory, at 8 bytes a 4 KiB page (an
+// --offload: the GPU's page tables for the mapped host memory, at 8 bytes a 4 KiB page (an
 // estimate, not yet measured): 1/512 of the state
 #define OFFLOAD_MAP_RESERVE_DIVISOR 512
 typedef struct {
@@ -356,15 +357,16 @@ static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
     size_t ns = m->zl.shard_elems, slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     d.params = m->num_params * sizeof(floatX);
     d.grads = (gradient_elems(m, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
-    const size_t state = ns * 2 * adamw_moment_bytes(s.moments_bf16) +
-                         (p->use_master && PRECISION != PRECISION_FP32 ? ns * sizeof(float) : 0);
+    const int has_master = p->use_master && PRECISION != PRECISION_FP32;
+    const size_t state = ns * 2 * adamw_moment_bytes(s.moments_bf16) + (has_master ? ns * sizeof(float) : 0);
     d.optimizer = s.offload ? 0 : state;  // offload: in host memory
     size_t bytes[ACT_BUFFERS];
     activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
     for (int i = 0; i < ACT_BUFFERS; i++) (i >= ACT_FIRST_SCRATCH ? d.scratch : d.acts) += bytes[i];
     d.other = batch_ints(s.B, p->T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
               DEVICE_RESERVE_BYTES + (s.ranks > 1 ? COMM_RESERVE_BYTES : 0) +
-              (s.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0);
+              (s.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0) +
+              (s.offload == OFFLOAD_STAGED ? offload_stage_bytes(has_master, adamw_moment_bytes(s.moments_bf16)) : 0);
     free(m);
     return d;
 }
@@ -444,6 +446,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     const size_t mb = adamw_moment_bytes(model->moments_bf16);
     model->m = optimizer_state_alloc(ns * mb, model->offload);
     model->v = optimizer_state_alloc(ns * mb, model->offload);
+    if (model->offload == OFFLOAD_STAGED) offload_stage_init(&model->stage, model->master != NULL, mb);
     CUDA_CHECK(cudaMalloc(&model->info, INFO_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->info, 0, INFO_SLOTS * sizeof(float)));
 
@@ -488,6 +491,7 @@ static void gpt2_free(GPT2 *model) {
     optimizer_state_free(model->master, model->offload);
     optimizer_state_free(model->m, model->offload);
     optimizer_state_free(model->v, model->offload);
+    offload_stage_free(&model->stage);
     for (int i = 0; i < 3; i++) { cudaFreeHost(model->h_batch[i]); cudaEventDestroy(model->h_batch_sent[i]); }
     free(model->bucket_counts);
     cudaEventDestroy(model->ev_compute);
@@ -895,6 +899,45 @@ static UpdateRuns gpt2_update_runs(GPT2 *m, int k) {
     return u;
 }
 
+// AdamW over elements [c0, c1) of this rank's optimizer state, whose master weights and
+// moments are at master, m, v (element c0 first): the whole state, or a staged chunk of it
+// (--offload 2). The state holds tensor after tensor (at zl.t[k].shard_offset), each
+// tensor's runs one after the other; a tensor wholly inside is one launch over its runs, a
+// tensor cut by c0 or c1 one launch per run piece. Each element's arithmetic and rounding
+// noise depend on its index only, so any cut updates it alike.
+typedef struct {
+    GPT2 *model;
+    const AdamWConfig *h;
+    int t;
+} AdamWRange;
+
+static void gpt2_adamw_range(void *ctx, size_t c0, size_t c1, float *master, void *m, void *v) {
+    const AdamWRange *r = (const AdamWRange *)ctx;
+    GPT2 *model = r->model;
+    const AdamWConfig *h = r->h;
+    const size_t mb = adamw_moment_bytes(model->moments_bf16);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        UpdateRuns u = gpt2_update_runs(model, k);
+        const size_t o = u.shard_offset, e = o + u.slabs * u.len;
+        if (e <= c0 || o >= c1) continue;
+        float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
+        uint32_t seed = (uint32_t)(r->t * 0x9E3779B1u) ^ (uint32_t)(k * 0x85EBCA77u);
+        int whole = o >= c0 && e <= c1;
+        for (int sl = 0; sl < (whole ? 1 : u.slabs); sl++) {
+            // whole: every run from o; else run sl's piece [lo, hi) of the state
+            size_t so = o + (size_t)sl * u.len, lo = whole ? o : (so > c0 ? so : c0);
+            size_t hi = whole ? e : (so + u.len < c1 ? so + u.len : c1);
+            if (lo >= hi) continue;
+            size_t j0 = lo - so, q = lo - c0, at = whole ? 0 : (size_t)sl * u.stride + j0;
+            adamw_update(model->param[k] + u.first + at, master ? master + q : NULL,
+                         u.grads + (whole ? 0 : (size_t)sl * u.grad_stride + j0), u.grad_stride, (char *)m + q * mb,
+                         (char *)v + q * mb, model->moments_bf16, whole ? u.slabs : 1, whole ? u.len : hi - lo,
+                         u.stride, u.first + at, h->lr, h->beta1, h->beta2, r->t, h->eps, wd, model->info,
+                         h->max_loss, h->max_norm, seed, model->stream);
+        }
+    }
+}
+
 // Global norm, clip factor and AdamW, all on the device (t counts from 1). The loss of
 // the step must already be in info[INFO_LOSS]; a non-finite loss or norm skips the update there.
 // Under ZeRO each rank updates its chunks, then the ranks all-gather the parameters.
@@ -915,16 +958,12 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
         compute_after_comm(model);
     }
     grad_norm_finish(model->info, h->grad_clip, 1.0f / model->scaler.scale, s);
-    const size_t mb = adamw_moment_bytes(model->moments_bf16);
-    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
-        UpdateRuns u = gpt2_update_runs(model, k);
-        float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
-        uint32_t seed = (uint32_t)(t * 0x9E3779B1u) ^ (uint32_t)(k * 0x85EBCA77u);
-        adamw_update(model->param[k] + u.first, model->master ? model->master + u.shard_offset : NULL, u.grads,
-                     u.grad_stride, (char *)model->m + u.shard_offset * mb, (char *)model->v + u.shard_offset * mb,
-                     model->moments_bf16, u.slabs, u.len, u.stride, u.first, h->lr, h->beta1, h->beta2, t, h->eps,
-                     wd, model->info, h->max_loss, h->max_norm, seed, s);
-    }
+    AdamWRange r = {model, h, t};
+    if (model->offload == OFFLOAD_STAGED)
+        offload_staged_update(&model->stage, model->master, model->m, model->v, model->zl.shard_elems,
+                              gpt2_adamw_range, &r, s);
+    else
+        gpt2_adamw_range(&r, 0, model->zl.shard_elems, model->master, model->m, model->v);
     prof_end(PH_UPDATE, s);
     if (model->zl.world > 1) {  // every rank's updated chunks to every rank
         comm_after_compute(model);
@@ -1216,7 +1255,9 @@ static void print_memory(const GPT2 *model, size_t in_use) {
            "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
            np * sizeof(floatX) * mib, grad_bytes * mib, model->master ? ns * 4 * mib : 0.0, ns * moments * mib,
            model->moments_bf16 ? "bf16" : "fp32",
-           model->offload ? "; these and the master weights in pinned host memory" : "",
+           model->offload == OFFLOAD_STAGED ? "; these and the master weights in pinned host memory, staged"
+           : model->offload                 ? "; these and the master weights in mapped pinned host memory"
+                                            : "",
            model->act_bytes * mib, model->scratch_bytes * mib, CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
     if (model->world > 1) {
         size_t full_opt = (model->master ? np * 4 : 0) + np * moments, full_grad = np * sizeof(floatX);
@@ -1274,8 +1315,10 @@ int main(int argc, char **argv) {
                                "AdamW's moments on the device: fp32, or bf16 (stochastically rounded, half the "
                                "memory; checkpoints hold fp32 either way)");
     specs[nspecs++] = arg_spec(NULL, "--offload", ARG_INT, &offload,
-                               "1: the fp32 master weights and AdamW's moments in pinned host memory (the update "
-                               "reads and writes them over PCIe, with the same arithmetic), 0: on the device");
+                               "the fp32 master weights and AdamW's moments in pinned host memory, updated with "
+                               "the same arithmetic; 1: the update reads and writes them over PCIe in place, 2: "
+                               "the copy engines stage them through two device buffers of 4M elements; 0: on the "
+                               "device");
     specs[nspecs++] = arg_spec(NULL, "--max-device-memory", ARG_STRING, &max_memory_text,
                                "the most device memory the run may plan for, e.g. 16G (checked before any GPU "
                                "work; a run that does not fit stops naming settings that do); empty: no limit");
@@ -1326,7 +1369,7 @@ int main(int argc, char **argv) {
     if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
     if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
-    if (offload != 0 && offload != 1) fatal("--offload must be 0 or 1, got %d", offload);
+    if (offload < OFFLOAD_NONE || offload > OFFLOAD_STAGED) fatal("--offload must be 0, 1 or 2, got %d", offload);
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1, got %d", cuda_graph);
     if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "
                                      "inside the step; use one or the other");

@@ -4,11 +4,11 @@
 # dist/gpu/bin) and the Tiny Shakespeare shards in $DATA (default dist/gpu/data):
 #   1. test_gpt2cu in bf16, fp32 and fp16 against fresh PyTorch references (dev/gpt2_ref.py)
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
-#      each in bf16 and fp16; --cuda-graph 1 and --offload 1 (with bf16 moments) at d12; -r 1
+#      each in bf16 and fp16; --cuda-graph 1, --offload 1 (bf16 moments), --offload 2 at d12; -r 1
 #      and -r 2 --fuse-gelu 0 at d12 (not QUICK)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
 #   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1), a run repeated bit for bit,
-#      --prefetch 0 against 1, --offload 1 and --cuda-graph 1 against 0 (bf16, fp16, fp32)
+#      --prefetch 0 against 1, --offload 1 and 2 and --cuda-graph 1 against 0 (bf16, fp16, fp32)
 #   4. the fp16 loss scaler in training: forced overflows skip their step and halve the
 #      scale, clean steps double it, and both survive a resume
 #   5. the collectives: test_comm over NCCL at one rank, over MPI at two ranks on this GPU
@@ -121,7 +121,8 @@ for prec in bf16 fp32 fp16; do
     exe=$BIN/test_gpt2cu
     [ $prec != bf16 ] && exe=$BIN/test_gpt2cu_$prec
     for shape in small long d12; do
-        for extra in "" "--deterministic 0" "--cuda-graph 1" "--offload 1 --optimizer-state bf16" "-r 1" \
+        for extra in "" "--deterministic 0" "--cuda-graph 1" "--offload 1 --optimizer-state bf16" \
+            "--offload 2" "-r 1" \
             "-r 2 --fuse-gelu 0"; do
             # the atomic-dq backward is flash attention's (bf16, fp16): at every shape, QUICK too;
             # the graphed AdamW steps and the state in host memory at d12, QUICK too
@@ -204,13 +205,15 @@ verdict $? "--prefetch 0 and 1: 20 steps bit-exact" \
 resume_pair _fp16 fp16
 # switches that change where the work runs, not what it computes, so run A's 20 steps bit for
 # bit in every build: the optimizer state in host memory (--offload 1: the same AdamW kernel
-# reading and writing over PCIe; fp32: the moments only, its parameters are the master
-# weights), and micro-steps replayed from a CUDA graph (--cuda-graph 1: the same launches)
+# reading and writing over PCIe; --offload 2: the same kernel on staged chunks, 4 of them at
+# this model's 16M parameters, so tensors are cut between chunks; fp32: the moments only, its
+# parameters are the master weights), and micro-steps replayed from a CUDA graph
+# (--cuda-graph 1: the same launches)
 for sfx in "" _fp16 _fp32; do
     [ -x "$BIN/train_gpt2cu$sfx" ] || continue
     # shellcheck disable=SC2086
     [ -n "$sfx" ] && [ ! -f "$W/A$sfx.log" ] && run resume "A$sfx" 120 "$BIN/train_gpt2cu$sfx" $TR $R
-    for sw in "--offload 1" "--cuda-graph 1"; do
+    for sw in "--offload 1" "--offload 2" "--cuda-graph 1"; do
         name="O$sfx${sw// /}"
         # shellcheck disable=SC2086
         run resume "$name" 120 "$BIN/train_gpt2cu$sfx" $TR $R $sw

@@ -4,7 +4,8 @@
 #   baseline (the largest micro-batch tried), gradient accumulation (a smaller -b, more
 #   micro-steps), recomputation -r 1/2/3, bf16 AdamW moments, ZeRO-1/2 over 2 and 4 ranks
 #   (--comm mpi, the ranks sharing this GPU: memory only, one micro-step), the optimizer
-#   state in host memory (--offload 1), and the runs that must fit a budget
+#   state in host memory (--offload 1: updated in place over PCIe; --offload 2: staged through
+#   the copy engines), and the runs that must fit a budget
 #   (--max-device-memory 16G for d48, 8G for d24, 4G for d12: the measured peak must stay
 #   under it, at 85% or more of the tokens/s of the fastest run without offload).
 # Beside them, where PyTorch has the technique (dev/train_gpt2_torch.py): its baseline,
@@ -124,6 +125,7 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d48 off_b2 "offload -b 2 (16G)" 1 2 -b 2 -r 0 --offload 1 --max-device-memory 16G
             ours d48 off_b4_r1 "offload -b 4 -r 1 (16G)" 1 2 -b 4 -r 1 --offload 1 --max-device-memory 16G
             ours d48 off_b16_r3 "offload -b 16 -r 3 (16G)" 1 2 -b 16 -r 3 --offload 1 --max-device-memory 16G
+            ours d48 off2_b4_r1 "offload 2 -b 4 -r 1 (16G)" 1 2 -b 4 -r 1 --offload 2 --max-device-memory 16G
             ;;
         d24)
             ours d24 b32 "baseline -b 32" 1 3 -b 32 -r 0
@@ -133,11 +135,13 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d24 b8_r3 "-b 8 -r 3" 1 3 -b 8 -r 3
             ours d24 b8_bf16 "-b 8 bf16 moments" 1 3 -b 8 -r 0 --optimizer-state bf16
             ours d24 off_b8_r1 "offload -b 8 -r 1 (8G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 8G
+            ours d24 off2_b8_r1 "offload 2 -b 8 -r 1 (8G)" 1 3 -b 8 -r 1 --offload 2 --max-device-memory 8G
             ;;
         d12)
             ours d12 b64 "baseline -b 64" 1 12 -b 64 -r 0
             ours d12 b64_r1 "-b 64 -r 1" 1 12 -b 64 -r 1
             ours d12 off_b64_r1 "offload -b 64 -r 1" 1 12 -b 64 -r 1 --offload 1
+            ours d12 off2_b64_r1 "offload 2 -b 64 -r 1" 1 12 -b 64 -r 1 --offload 2
             ours d12 off_b8_r1 "offload -b 8 -r 1 (4G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 4G
             ours d12 b4 "-b 4 (4G)" 1 3 -b 4 -r 0 --max-device-memory 4G
             ;;
@@ -181,7 +185,7 @@ for r in rows:
 print()
 # each budget row against the fastest run of ours without offload on the same model
 for model in ("d48", "d24", "d12"):
-    plain = [r for r in rows if r[0] == "ours" and r[1] == model and "--offload 1" not in r[12] and num(r[8])]
+    plain = [r for r in rows if r[0] == "ours" and r[1] == model and "--offload" not in r[12] and num(r[8])]
     if not plain:
         continue
     best = max(plain, key=lambda r: num(r[8]))
@@ -196,11 +200,12 @@ for model in ("d48", "d24", "d12"):
               "tok/s): %s" % (model, r[3], budget, r[5], "under" if ok_mem else "OVER", r[8],
                               "%.1f%%" % (100 * ratio) if ratio else "-", best[3], best[8],
                               "meets 85%" if ratio and ratio >= 0.85 and ok_mem else "misses"))
-on = [r for r in rows if r[0] == "ours" and r[2] == "off_b64_r1" and num(r[8])]
 off = [r for r in rows if r[0] == "ours" and r[2] == "b64_r1" and r[1] == "d12" and num(r[8])]
-if on and off:
-    cost = 1 - num(on[-1][8]) / num(off[-1][8])
-    print("d12 B=64 -r 1: offload costs %.1f%% of tokens/s (%s vs %s tok/s; J/step %s vs %s)"
-          % (100 * cost, on[-1][8], off[-1][8], on[-1][10], off[-1][10]))
+for mode, name in (("1", "off_b64_r1"), ("2", "off2_b64_r1")):
+    on = [r for r in rows if r[0] == "ours" and r[2] == name and num(r[8])]
+    if on and off:
+        cost = 1 - num(on[-1][8]) / num(off[-1][8])
+        print("d12 B=64 -r 1: --offload %s costs %.1f%% of tokens/s (%s vs %s tok/s; J/step %s vs %s)"
+              % (mode, 100 * cost, on[-1][8], off[-1][8], on[-1][10], off[-1][10]))
 PYEOF
 python3 scripts/plot_memory_study.py "$ROWS" "$OUT/memory_study.png" || echo "chart: not drawn (see above)"

@@ -113,7 +113,10 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "GPT-2 1.5B in 16 GiB: the optimizer state in host memory fits at B=2" \
         "--offload 1 -b 2 (256 micro-steps per step): 11.04 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
         --max-device-memory 16G
-    expect_error "--offload out of range" "--offload must be 0 or 1" $SMALL --offload 2
+    expect_error "--offload out of range" "--offload must be 0, 1 or 2" $SMALL --offload 3
+    # staged offload plans its two staging buffers: 2 x 4M x 12 bytes over --offload 1's 13.72 GiB
+    expect_error "--offload 2 counts its staging buffers" "this run needs 13.82 GiB" -e d48 -b 4 -r 1 -t 1024 \
+        -d 524288 --offload 2 --max-device-memory 13.75G
     expect_error "--cuda-graph out of range" "--cuda-graph must be 0 or 1" $SMALL --cuda-graph 2
     expect_error "--cuda-graph with --profile" "use one or the other" $SMALL --cuda-graph 1 --profile 1
     expect_error "13 GiB: whole-block recomputation keeps B=64" "-r 3: 12.09 GiB" -e d12 -b 64 -t 1024 -d 524288 \
