@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
         {NULL, "--offload", ARG_INT, &offload,
          "master weights and moments in pinned host memory; 1: updated in place, 2: staged in chunks"},
-        {NULL, "--cuda-graph", ARG_INT, &cuda_graph, "1: the AdamW steps' micro-steps replayed from a CUDA graph"},
+        {NULL, "--cuda-graph", ARG_INT, &cuda_graph, "1: the AdamW steps' micro-steps and updates replayed from CUDA graphs"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
            flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32",
            offload == OFFLOAD_STAGED ? ", optimizer state in host memory (staged)"
            : offload                 ? ", optimizer state in host memory (mapped)"
-                                     : "", cuda_graph ? ", micro-steps from a CUDA graph" : "");
+                                     : "", cuda_graph ? ", micro-steps and updates from CUDA graphs" : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 
@@ -197,11 +197,17 @@ int main(int argc, char **argv) {
             printf("step %2d loss ours %.6f ref %.6f abs err %.2e (grad norm %.4f)  tol %.0e  %s\n", step,
                    info[INFO_LOSS], ref.losses[step], e, info[INFO_NORM], step_tol, ok ? "ok" : "FAIL");
         }
-        if (cuda_graph) {  // steps 2.. must have been replays of one capture, or the graph was not under test
+        if (cuda_graph) {  // or the graphs were not under test: micro-steps of steps 2.. and updates of steps
+                           // 1.. must be replays of one capture each (the update eager with staged offload)
             ok = ref.nsteps < 3 || (model.step_graph.replays == ref.nsteps - 2 && model.step_graph.captures == 1);
             failures += !ok; checks++;
-            printf("CUDA graph: %d capture(s), %d replays  %s\n", model.step_graph.captures,
+            printf("CUDA graph of the micro-step: %d capture(s), %d replays  %s\n", model.step_graph.captures,
                    model.step_graph.replays, ok ? "ok" : "FAIL");
+            const int staged = offload == OFFLOAD_STAGED, want = staged ? 0 : ref.nsteps - 1;
+            ok = ref.nsteps < 2 || (model.update_graph.replays == want && model.update_graph.captures == !staged);
+            failures += !ok; checks++;
+            printf("CUDA graph of the update: %d capture(s), %d replays%s  %s\n", model.update_graph.captures,
+                   model.update_graph.replays, staged ? " (staged offload: eager)" : "", ok ? "ok" : "FAIL");
         }
     } else {
         printf("debug state has no AdamW steps (version 2): step check skipped\n");

@@ -163,6 +163,9 @@ typedef struct {
     int graph;                                  // 1: training micro-steps replayed from a CUDA graph (one rank)
     int graph_warm;                             // a micro-step has run eagerly (matmul plans, first launches)
     StepGraph step_graph;
+    int update_warm;                            // an update has run eagerly (its kernels' first launches)
+    StepGraph update_graph;                     // --cuda-graph 1: norm, clip and AdamW (one rank, not staged)
+    AdamWStepBuf adamw_step;                    // the update's per-step values, read on the device
     Activations acts;
     size_t act_bytes, scratch_bytes;
     // a micro-batch on the device (d_batch) and in three pinned host buffers, each laid out
@@ -449,6 +452,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
     if (model->offload == OFFLOAD_STAGED) offload_stage_init(&model->stage, model->master != NULL, mb);
     CUDA_CHECK(cudaMalloc(&model->info, INFO_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(model->info, 0, INFO_SLOTS * sizeof(float)));
+    adamw_step_init(&model->adamw_step);
 
     // activations
     model->B = B;
@@ -488,6 +492,8 @@ static void gpt2_free(GPT2 *model) {
                     model->params,  model->grads, model->info,     model->d_batch, model->gshard};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
     step_graph_free(&model->step_graph);
+    step_graph_free(&model->update_graph);
+    adamw_step_free(&model->adamw_step);
     optimizer_state_free(model->master, model->offload);
     optimizer_state_free(model->m, model->offload);
     optimizer_state_free(model->v, model->offload);
@@ -908,11 +914,10 @@ static UpdateRuns gpt2_update_runs(GPT2 *m, int k) {
 typedef struct {
     GPT2 *model;
     const AdamWConfig *h;
-    int t;
-} AdamWRange;
+} UpdateCtx;
 
 static void gpt2_adamw_range(void *ctx, size_t c0, size_t c1, float *master, void *m, void *v) {
-    const AdamWRange *r = (const AdamWRange *)ctx;
+    const UpdateCtx *r = (const UpdateCtx *)ctx;
     GPT2 *model = r->model;
     const AdamWConfig *h = r->h;
     const size_t mb = adamw_moment_bytes(model->moments_bf16);
@@ -921,7 +926,6 @@ static void gpt2_adamw_range(void *ctx, size_t c0, size_t c1, float *master, voi
         const size_t o = u.shard_offset, e = o + u.slabs * u.len;
         if (e <= c0 || o >= c1) continue;
         float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
-        uint32_t seed = (uint32_t)(r->t * 0x9E3779B1u) ^ (uint32_t)(k * 0x85EBCA77u);
         int whole = o >= c0 && e <= c1;
         for (int sl = 0; sl < (whole ? 1 : u.slabs); sl++) {
             // whole: every run from o; else run sl's piece [lo, hi) of the state
@@ -932,19 +936,18 @@ static void gpt2_adamw_range(void *ctx, size_t c0, size_t c1, float *master, voi
             adamw_update(model->param[k] + u.first + at, master ? master + q : NULL,
                          u.grads + (whole ? 0 : (size_t)sl * u.grad_stride + j0), u.grad_stride, (char *)m + q * mb,
                          (char *)v + q * mb, model->moments_bf16, whole ? u.slabs : 1, whole ? u.len : hi - lo,
-                         u.stride, u.first + at, h->lr, h->beta1, h->beta2, r->t, h->eps, wd, model->info,
-                         h->max_loss, h->max_norm, seed, model->stream);
+                         u.stride, u.first + at, h->beta1, h->beta2, h->eps, wd, model->info, model->adamw_step.dev,
+                         (uint32_t)(k * 0x85EBCA77u), model->stream);
         }
     }
 }
 
-// Global norm, clip factor and AdamW, all on the device (t counts from 1). The loss of
-// the step must already be in info[INFO_LOSS]; a non-finite loss or norm skips the update there.
-// Under ZeRO each rank updates its chunks, then the ranks all-gather the parameters.
-static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
+// The update's launches: global norm, clip factor and AdamW, all on the device, reading the
+// step's values from model->adamw_step. Under ZeRO each rank sums and updates its chunks.
+static void update_launches(void *ctx) {
+    const UpdateCtx *r = (const UpdateCtx *)ctx;
+    GPT2 *model = r->model;
     cudaStream_t s = model->stream;
-    if (gpt2_distributed(model)) compute_after_comm(model);  // the backward's gradient reductions
-    prof_begin(s);
     float *partials = model->acts.fscratch;
     int nparts = 0;
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
@@ -957,13 +960,34 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
         comm_allreduce_sum_f32(model->comm, model->info + INFO_SUMSQ, 1);
         compute_after_comm(model);
     }
-    grad_norm_finish(model->info, h->grad_clip, 1.0f / model->scaler.scale, s);
-    AdamWRange r = {model, h, t};
+    grad_norm_finish(model->info, r->h->grad_clip, &model->adamw_step.dev->inv_scale, s);
     if (model->offload == OFFLOAD_STAGED)
         offload_staged_update(&model->stage, model->master, model->m, model->v, model->zl.shard_elems,
-                              gpt2_adamw_range, &r, s);
+                              gpt2_adamw_range, ctx, s);
     else
-        gpt2_adamw_range(&r, 0, model->zl.shard_elems, model->master, model->m, model->v);
+        gpt2_adamw_range(ctx, 0, model->zl.shard_elems, model->master, model->m, model->v);
+}
+
+// One optimizer step (t counts from 1). The loss of the step must already be in
+// info[INFO_LOSS]; a non-finite loss or norm skips the update on the device. With
+// --cuda-graph 1 the launches replay from a CUDA graph after one eager update (staged
+// offload stays eager: its copies run on streams of their own). Under ZeRO the ranks then
+// all-gather the updated parameters.
+static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
+    cudaStream_t s = model->stream;
+    if (gpt2_distributed(model)) compute_after_comm(model);  // the backward's gradient reductions
+    prof_begin(s);
+    adamw_step_upload(&model->adamw_step, h->lr, h->beta1, h->beta2, t, h->max_loss, h->max_norm,
+                      1.0f / model->scaler.scale, s);
+    UpdateCtx r = {model, h};
+    if (model->graph && model->update_warm && model->offload != OFFLOAD_STAGED) {
+        // what the launches bake in: the run's constant hyperparameters
+        float key[5] = {h->beta1, h->beta2, h->eps, h->weight_decay, h->grad_clip};
+        step_graph_run(&model->update_graph, s, key, sizeof key, update_launches, &r);
+    } else {
+        update_launches(&r);
+        model->update_warm = 1;
+    }
     prof_end(PH_UPDATE, s);
     if (model->zl.world > 1) {  // every rank's updated chunks to every rank
         comm_after_compute(model);
@@ -1326,9 +1350,9 @@ int main(int argc, char **argv) {
                                "1: read and prepare the next micro-batch on the host while the GPU runs the current "
                                "one, 0: when its micro-step starts");
     specs[nspecs++] = arg_spec(NULL, "--cuda-graph", ARG_INT, &cuda_graph,
-                               "1: each training micro-step (forward, loss, backward) replayed from a CUDA graph "
-                               "(fewer launches: for small batches and models; one rank), 0: launched kernel by "
-                               "kernel");
+                               "1: each training micro-step (forward, loss, backward) and each update (norm, "
+                               "clip, AdamW) replayed from a CUDA graph (fewer launches: for small batches and "
+                               "models; one rank), 0: launched kernel by kernel");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile,
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
@@ -1568,8 +1592,10 @@ int main(int argc, char **argv) {
                pg.world > 1 ? "; rank 0's GPU" : "", (peak_used - used0) * mib);
     if (rank0) printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB\n", host_peak_bytes() * mib);
     if (rank0 && model.graph)
-        printf("CUDA graph: %d capture(s), %d replays of the micro-step (the first micro-step eager)\n",
-               model.step_graph.captures, model.step_graph.replays);
+        printf("CUDA graph: %d capture(s), %d replays of the micro-step (the first micro-step eager); %d capture(s), "
+               "%d replays of the update%s\n", model.step_graph.captures, model.step_graph.replays,
+               model.update_graph.captures, model.update_graph.replays,
+               model.offload == OFFLOAD_STAGED ? " (eager with --offload 2)" : " (the first update eager)");
     if (rank0 && max_memory)
         printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n",
                (peak_used - used0) * mib, device_plan_bytes(&plan, setting) * mib, max_memory * mib,

@@ -10,6 +10,9 @@
 // gradient shard) and at m/v/master + s * len (the rank's compact state).
 // The update is skipped on the device when the step's loss or gradient norm is not
 // finite (info: [0] norm, [1] clip factor, [2] loss), so the host never waits for it.
+// What changes from step to step (learning rate, bias corrections, outlier limits, the
+// rounding seed) the kernel reads from an AdamWStep in device memory, so that a CUDA graph
+// of the update (--cuda-graph 1), captured once, serves every step.
 // The moments m and v are fp32, or bf16 (--optimizer-state bf16: half the memory), kept
 // unbiased by stochastic rounding; the state file holds them as fp32 either way.
 #pragma once
@@ -57,6 +60,53 @@ __device__ __forceinline__ void store_moments(MT *dst, const float *src, size_t 
     }
 }
 
+// The update's values that change from step to step, written by the host before each
+// update (adamw_step_upload) and read on the device
+typedef struct {
+    float lr, bc1, bc2;        // learning rate; bias corrections 1 - beta1^t, 1 - beta2^t
+    float max_loss, max_norm;  // outlier limits (0: none)
+    float inv_scale;           // 1 / the loss scale the gradients carry (fp16)
+    uint32_t seed;             // the step's rounding-noise seed (each tensor xors in its own)
+} AdamWStep;
+
+// the pinned host copy, the device copy, and the event after which the host copy is free
+typedef struct {
+    AdamWStep *host, *dev;
+    cudaEvent_t sent;
+} AdamWStepBuf;
+
+static void adamw_step_init(AdamWStepBuf *b) {
+    CUDA_CHECK(cudaMallocHost(&b->host, sizeof(AdamWStep)));
+    CUDA_CHECK(cudaMalloc(&b->dev, sizeof(AdamWStep)));
+    CUDA_CHECK(cudaMemset(b->dev, 0, sizeof(AdamWStep)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&b->sent, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(b->sent, 0));
+}
+
+static void adamw_step_free(AdamWStepBuf *b) {
+    if (!b->host) return;
+    cudaFreeHost(b->host);
+    cudaFree(b->dev);
+    cudaEventDestroy(b->sent);
+    memset(b, 0, sizeof *b);
+}
+
+// Step t's values (t counts from 1) to the device, on stream s, before the update's kernels
+static void adamw_step_upload(AdamWStepBuf *b, float lr, float beta1, float beta2, int t, float max_loss,
+                              float max_norm, float inv_scale, cudaStream_t s) {
+    CUDA_CHECK(cudaEventSynchronize(b->sent));  // the last step's copy has read the host copy
+    AdamWStep *h = b->host;
+    h->lr = lr;
+    h->bc1 = 1.0f - powf(beta1, (float)t);
+    h->bc2 = 1.0f - powf(beta2, (float)t);
+    h->max_loss = max_loss;
+    h->max_norm = max_norm;
+    h->inv_scale = inv_scale;
+    h->seed = (uint32_t)(t * 0x9E3779B1u);
+    CUDA_CHECK(cudaMemcpyAsync(b->dev, h, sizeof(AdamWStep), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaEventRecord(b->sent, s));
+}
+
 // grid (ceil(len / (V * blockDim.x)), slabs); each thread updates V consecutive elements
 // (V = X128::size where every run is 16-byte aligned: one 16-byte access per tensor instead
 // of V scalar ones; 1 otherwise). seed_index0: the index within the tensor of the run's
@@ -64,12 +114,13 @@ __device__ __forceinline__ void store_moments(MT *dst, const float *src, size_t 
 // sharded run rounds every element exactly as an unsharded one, whatever V).
 template <int V, typename MT>
 __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, MT *m, MT *v,
-                             size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
-                             float bc1, float bc2, float eps, float wd, const float *info, float max_loss,
-                             float max_norm, uint32_t seed) {
+                             size_t len, size_t stride, size_t seed_index0, float beta1, float beta2, float eps,
+                             float wd, const float *info, const AdamWStep *st, uint32_t tensor_seed) {
     size_t j = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= len) return;
     float norm = info[INFO_NORM], clip = info[INFO_CLIP], loss = info[INFO_LOSS];
+    const float lr = st->lr, bc1 = st->bc1, bc2 = st->bc2, max_loss = st->max_loss, max_norm = st->max_norm;
+    const uint32_t seed = st->seed ^ tensor_seed;
     // a non-finite loss or norm, or an outlier (above a limit > 0), skips the update
     if (!isfinite(norm) || !isfinite(loss) || (max_loss > 0.0f && loss > max_loss) ||
         (max_norm > 0.0f && norm > max_norm))
@@ -101,36 +152,35 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
 
 template <typename MT>
 static void adamw_launch(floatX *params, float *master, const floatX *grads, size_t grad_stride, MT *m, MT *v,
-                         int slabs, size_t len, size_t stride, size_t seed_index0, float lr, float beta1, float beta2,
-                         float bc1, float bc2, float eps, float wd, const float *info, float max_loss, float max_norm,
-                         uint32_t seed, cudaStream_t s) {
+                         int slabs, size_t len, size_t stride, size_t seed_index0, float beta1, float beta2, float eps,
+                         float wd, const float *info, const AdamWStep *st, uint32_t tensor_seed, cudaStream_t s) {
     constexpr int V = X128::size;
     const bool aligned16 =
         ((uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
     if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0) {
         dim3 grid(ceil_div((long)(len / V), 256), slabs);
         adamw_kernel<V, MT><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0,
-                                                 lr, beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
+                                                 beta1, beta2, eps, wd, info, st, tensor_seed);
     } else {
         dim3 grid(ceil_div((long)len, 512), slabs);
         adamw_kernel<1, MT><<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0,
-                                                 lr, beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed);
+                                                 beta1, beta2, eps, wd, info, st, tensor_seed);
     }
     LAUNCH_CHECK();
 }
 
-// m and v: fp32, or bf16 when moments_bf16; each points at the run's first moment
+// m and v: fp32, or bf16 when moments_bf16; each points at the run's first moment. st: the
+// step's values (adamw_step_upload); tensor_seed: the tensor's part of the rounding seed
 static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, void *m, void *v,
-                         int moments_bf16, int slabs, size_t len, size_t stride, size_t seed_index0, float lr,
-                         float beta1, float beta2, int t, float eps, float wd, const float *info, float max_loss,
-                         float max_norm, uint32_t seed, cudaStream_t s) {
-    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+                         int moments_bf16, int slabs, size_t len, size_t stride, size_t seed_index0, float beta1,
+                         float beta2, float eps, float wd, const float *info, const AdamWStep *st,
+                         uint32_t tensor_seed, cudaStream_t s) {
     if (moments_bf16)
         adamw_launch(params, master, grads, grad_stride, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, slabs, len, stride,
-                     seed_index0, lr, beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed, s);
+                     seed_index0, beta1, beta2, eps, wd, info, st, tensor_seed, s);
     else
-        adamw_launch(params, master, grads, grad_stride, (float *)m, (float *)v, slabs, len, stride, seed_index0, lr,
-                     beta1, beta2, bc1, bc2, eps, wd, info, max_loss, max_norm, seed, s);
+        adamw_launch(params, master, grads, grad_stride, (float *)m, (float *)v, slabs, len, stride, seed_index0,
+                     beta1, beta2, eps, wd, info, st, tensor_seed, s);
 }
 
 // --optimizer-state's text: 1 for bf16 moments, 0 for fp32

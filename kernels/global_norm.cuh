@@ -4,7 +4,8 @@
 // fixed grid into per-block partials, and one block adds all partials in a fixed order.
 // Under ZeRO each rank sums its own chunks and the totals are added across ranks (by the
 // caller, between grad_sumsq_total and grad_norm_finish). The gradients may be scaled
-// (fp16 loss scaling): inv_scale undoes it.
+// (fp16 loss scaling): *inv_scale (in device memory, so a CUDA graph of the update serves
+// every scale) undoes it.
 // info[INFO_SUMSQ] = sum of squares (this rank's, then the global one),
 // info[INFO_NORM] = norm of grads * inv_scale,
 // info[INFO_CLIP] = factor that turns the stored grads into clipped true grads:
@@ -51,7 +52,8 @@ __global__ void grad_sumsq_total_kernel(float *info, const float *partials, int 
     if (threadIdx.x == 0) info[INFO_SUMSQ] = v;
 }
 
-__global__ void grad_norm_finish_kernel(float *info, float grad_clip, float inv_scale) {
+__global__ void grad_norm_finish_kernel(float *info, float grad_clip, const float *inv_scale_dev) {
+    const float inv_scale = *inv_scale_dev;
     float norm = sqrtf(info[INFO_SUMSQ]) * inv_scale;
     info[INFO_NORM] = norm;
     info[INFO_CLIP] = inv_scale * ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f);
@@ -69,7 +71,7 @@ static void grad_sumsq_total(float *info, const float *partials, int nparts, cud
     grad_sumsq_total_kernel<<<1, 1024, 0, s>>>(info, partials, nparts);
     LAUNCH_CHECK();
 }
-static void grad_norm_finish(float *info, float grad_clip, float inv_scale, cudaStream_t s) {
+static void grad_norm_finish(float *info, float grad_clip, const float *inv_scale, cudaStream_t s) {
     grad_norm_finish_kernel<<<1, 1, 0, s>>>(info, grad_clip, inv_scale);
     LAUNCH_CHECK();
 }

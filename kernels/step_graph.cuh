@@ -1,10 +1,13 @@
 // kernels/step_graph.cuh: --cuda-graph 1. A training micro-step (forward, loss, backward) is
-// hundreds of kernel launches; at a small batch or a short sequence the host's launch time
-// is a large part of it. A StepGraph captures the launches once into a CUDA graph and then
-// replays the graph with one launch. It is captured again when a value baked into the
-// launches changes (its key: the shape and the loss scale); everything else the step reads
-// per micro-step (the batch, the bucket count of the embedding backward) lives in device
-// memory that the host fills before the replay, at fixed addresses.
+// hundreds of kernel launches, the update (norm, clip, AdamW) a few dozen; at a small batch
+// or a short sequence the host's launch time is a large part of the step. A StepGraph
+// captures the launches once into a CUDA graph and then replays the graph with one launch.
+// It is captured again when a value baked into the launches changes (its key: for the
+// micro-step the shape and the loss scale, for the update the run's constant
+// hyperparameters); everything else read per step (the batch, the bucket count of the
+// embedding backward, the learning rate, bias corrections, loss scale and rounding seed of
+// the update) lives in device memory that the host fills before the replay, at fixed
+// addresses.
 #pragma once
 #include "common.cuh"
 
