@@ -139,6 +139,11 @@ build/test_nccl_id_file: dev/test/test_nccl_id_file.cu $(COMM_CUH) $(COMMON_H)  
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_nccl_id_file.cu $(NVCC_LIBS)
 
+FP8_CUH = kernels/fp8.cuh common/fp8.h $(MATMUL_CUH) kernels/gelu.cuh
+build/test_fp8_host: dev/test/test_fp8_host.cu $(FP8_CUH) dev/test/testutil.h  ## FP8 encoder vs CUDA's (no GPU needed)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8_host.cu $(NVCC_LIBS)
+
 UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader \
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
              build/san/test_loss_scaler build/san/test_export_hf build/san/test_sampling \
@@ -153,6 +158,7 @@ test:  ## run every test (the README's test command); first installs missing dep
 # ./train_gpt2cu is the BF16 build whose command line test_train_cli.sh checks; run_all.sh
 # compiles every CUDA program in every precision (cuda-FP32, ...) as tests of their own
 TEST_PREREQS = cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),train_gpt2cu build/test_nccl_id_file)
+TEST_PREREQS += $(if $(HAVE_NVCC),build/test_fp8_host)
 test-run: $(TEST_PREREQS)  ## make test without the dependency check
 	HAVE_NVCC=$(if $(HAVE_NVCC),1,0) PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
 
@@ -172,6 +178,8 @@ bench-cpu: train_gpt2 data  ## CPU trainer step time at d12, B=4, T=64
 # the attention tests have no FP32 build
 ATTN_TESTS = test_attention test_wgmma
 CUDA_TESTS = $(if $(filter FP32,$(PRECISION)),,$(addprefix build/,$(ATTN_TESTS)))
+# the FP8 test too (its fp16 build says it needs bf16, and exits 77)
+CUDA_TESTS += $(if $(filter FP32,$(PRECISION)),,build/test_fp8)
 cuda: train_gpt2cu test_gpt2cu $(CUDA_TESTS)  ## build the GPU trainer and its test (nvcc)
 
 train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
@@ -202,6 +210,12 @@ build/cuda_%/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
+cuda-FP16: build/cuda_FP16/test_fp8
+cuda-BF16: build/cuda_BF16/test_fp8
+build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
+
 build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h  ## flash attention vs fp32 (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
@@ -209,6 +223,10 @@ build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h  ##
 build/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH)  ## wgmma building blocks vs a CPU product (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
+
+build/test_fp8: dev/test/test_fp8.cu $(FP8_CUH)  ## FP8 casts and cuBLASLt matmul vs the CPU (GPU, bf16, sm_90a)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
 build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) common/energy.h  ## cuBLASLt algorithms, step shapes (GPU)
 	@mkdir -p build

@@ -49,11 +49,35 @@ static void matmul_free(void) {
 // g_matmul_tune picked by timing.)
 typedef struct {
     int m, n, k, ta, tb, lda, ldb, ldd, epi, has_bias, beta_nonzero;
+    int variant;  // 0: floatX operands (matmul_lt); else the FP8 operand formats and accumulation (kernels/fp8.cuh)
     int ok;
     cublasLtMatmulAlgo_t algo;
 } MatmulPlan;
 static MatmulPlan g_plans[128];
 static int g_num_plans = 0;
+
+// The plan whose key (every field before ok) equals key's; a new one, marked by *added and
+// still without an algorithm, when this is the shape's first call.
+static MatmulPlan *matmul_plan_get(const MatmulPlan *key, int *added) {
+    for (int i = 0; i < g_num_plans; i++) {
+        MatmulPlan *p = &g_plans[i];
+        if (p->m == key->m && p->n == key->n && p->k == key->k && p->ta == key->ta && p->tb == key->tb &&
+            p->lda == key->lda && p->ldb == key->ldb && p->ldd == key->ldd && p->epi == key->epi &&
+            p->has_bias == key->has_bias && p->beta_nonzero == key->beta_nonzero && p->variant == key->variant) {
+            *added = 0;
+            return p;
+        }
+    }
+    if (g_num_plans == (int)(sizeof g_plans / sizeof g_plans[0])) {
+        fprintf(stderr, "error: internal: too many distinct matmul shapes\n");
+        fatal_exit();
+    }
+    MatmulPlan *p = &g_plans[g_num_plans++];
+    *p = *key;
+    p->ok = 0;
+    *added = 1;
+    return p;
+}
 
 // One cuBLASLt call's descriptors: D (m x n, col-major, ld ldd) =
 // epilogue(alpha * op(A) op(B) + beta * D [+ bias]), aux the epilogue's GELU input/output.
@@ -110,7 +134,7 @@ static int lt_call_heuristic(const LtCall *c, cublasLtMatmulHeuristicResult_t *h
 // The fastest of n candidates for this call, each run once to warm up and then timed over
 // 3 runs on stream s (it writes D: only for a pass whose results are thrown away).
 static cublasLtMatmulAlgo_t fastest_algo(const LtCall *c, const cublasLtMatmulHeuristicResult_t *h, int n,
-                                         floatX *D, const floatX *A, const floatX *B, float beta, cudaStream_t s) {
+                                         floatX *D, const void *A, const void *B, float beta, cudaStream_t s) {
     static cudaEvent_t e0 = NULL, e1 = NULL;
     if (!e0) {
         CUDA_CHECK(cudaEventCreate(&e0));
@@ -138,6 +162,22 @@ static cublasLtMatmulAlgo_t fastest_algo(const LtCall *c, const cublasLtMatmulHe
     return h[best].algo;
 }
 
+// The plan for call c with this key: found, or on the shape's first call made with the
+// heuristic's first choice (or, while g_matmul_tune, the fastest of its candidates, timed
+// by running c on D, A, B); plan->ok is 0 when cuBLASLt offers no algorithm.
+static MatmulPlan *matmul_plan_choose(const MatmulPlan *key, const LtCall *c, floatX *D, const void *A, const void *B,
+                                      float beta, cudaStream_t s) {
+    int added;
+    MatmulPlan *plan = matmul_plan_get(key, &added);
+    if (added) {
+        cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
+        int na = lt_call_heuristic(c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1);
+        plan->ok = na > 0;
+        if (plan->ok) plan->algo = na > 1 ? fastest_algo(c, h, na, D, A, B, beta, s) : h[0].algo;
+    }
+    return plan;
+}
+
 // D (m x n, col-major, ld ldd) = epilogue(alpha * op(A) op(B) + beta * D [+ bias]).
 // Returns 0 if cuBLASLt offers no algorithm for this combination (caller falls back).
 static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bias, int m, int n, int k,
@@ -146,27 +186,11 @@ static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bi
     LtCall c;
     lt_call_create(&c, bias, m, n, k, ta, tb, lda, ldb, ldd, epi, aux, ldaux);
 
-    MatmulPlan *plan = NULL;
-    for (int i = 0; i < g_num_plans && !plan; i++) {
-        MatmulPlan *p = &g_plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->lda == lda && p->ldb == ldb &&
-            p->ldd == ldd && p->epi == (int)epi && p->has_bias == (bias != NULL) && p->beta_nonzero == (beta != 0.0f))
-            plan = p;
-    }
-    if (!plan) {
-        if (g_num_plans == (int)(sizeof g_plans / sizeof g_plans[0])) {
-            fprintf(stderr, "error: internal: too many distinct matmul shapes\n");
-            fatal_exit();
-        }
-        plan = &g_plans[g_num_plans++];
-        memset(plan, 0, sizeof *plan);
-        plan->m = m; plan->n = n; plan->k = k; plan->ta = ta; plan->tb = tb; plan->lda = lda; plan->ldb = ldb;
-        plan->ldd = ldd; plan->epi = (int)epi; plan->has_bias = bias != NULL; plan->beta_nonzero = beta != 0.0f;
-        cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
-        int na = lt_call_heuristic(&c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1);
-        plan->ok = na > 0;
-        if (plan->ok) plan->algo = na > 1 ? fastest_algo(&c, h, na, D, A, B, beta, s) : h[0].algo;
-    }
+    MatmulPlan key;
+    memset(&key, 0, sizeof key);
+    key.m = m; key.n = n; key.k = k; key.ta = ta; key.tb = tb; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
+    key.epi = (int)epi; key.has_bias = bias != NULL; key.beta_nonzero = beta != 0.0f;
+    MatmulPlan *plan = matmul_plan_choose(&key, &c, D, A, B, beta, s);
     int ok = plan->ok;
     if (ok) {
         float alpha = 1.0f;

@@ -5,7 +5,7 @@
 #   1. test_gpt2cu in bf16, fp32 and fp16 against fresh PyTorch references (dev/gpt2_ref.py)
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
 #      each in bf16 and fp16; --cuda-graph 1, --offload 1 (bf16 moments), --offload 2 at d12; -r 1
-#      and -r 2 --fuse-gelu 0 at d12 (not QUICK)
+#      and -r 2 --fuse-gelu 0 at d12 (not QUICK); test_fp8 (the FP8 casts and matmuls)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
 #   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1), a run repeated bit for bit,
 #      --prefetch 0 against 1, --offload 1 and 2 and --cuda-graph 1 against 0 (bf16, fp16, fp32)
@@ -106,6 +106,12 @@ TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
 
 if [ "$SKIP_TESTS" != 1 ]; then
 section "1. test_gpt2cu against the PyTorch reference"
+# the FP8 building blocks (kernels/fp8.cuh): casts and cuBLASLt FP8 matmuls against the CPU
+if [ -x "$BIN/test_fp8" ]; then
+    run tests fp8 120 "$BIN/test_fp8"
+    rc=$?
+    verdict $rc "test_fp8: $(tail -1 "$W/fp8.log")" "test_fp8: exit $rc, $(tail -1 "$W/fp8.log" | cut -c1-160)"
+fi
 # head size 64 at T=192 reaches flash attention's multi-block paths (and a block cut short
 # by T), which the T <= 64 shapes never do
 run ref ref_small 120 python3 dev/gpt2_ref.py --layers 2 --heads 4 --channels 128 --max-seq-len 64 --batch 4 \

@@ -126,6 +126,9 @@ for p in FP32 FP16 BF16; do
 done
 if [ "$HAVE_NVCC" = 1 ]; then run nccl-id-file ./build/test_nccl_id_file
 else skip nccl-id-file "no nvcc"; fi
+# the FP8 encoder against CUDA's, the scale recipe and the FP8 matmul's refusals (CPU only)
+if [ "$HAVE_NVCC" = 1 ]; then run fp8-host ./build/test_fp8_host
+else skip fp8-host "no nvcc"; fi
 # the tokenizer against tiktoken
 run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check

@@ -1,0 +1,386 @@
+// dev/test/test_fp8.cu: kernels/fp8.cuh on the GPU, on fresh random inputs (the seed is
+// printed; pass it back as the argument to repeat a run):
+//  (a) the cast's codes against common/fp8.h's encoder bit for bit, and its amax exactly
+//      (vector and scalar paths, a saturating scale, inf and NaN inputs, amax alone);
+//  (b) the transposing cast likewise, at aligned and ragged shapes;
+//  (c) the FP8 matmul against a double-precision CPU product of the dequantized FP8
+//      operands, at GPT-2 124M's linear layers (N = B*T = 512, C = 768): forward (E4M3 x
+//      E4M3, with bias), dinp and dweight (E4M3 x E5M2 gradients, dweight accumulated onto
+//      its old value) and dweight^T (E5M2 x E4M3);
+//  (d) the same with cuBLASLt's fast accumulation;
+//  (e) the on-device scale update against fp8.h's recipe.
+// Exit 1 on any failure; 77 when not built for sm_90a in bf16 or not run on such a GPU.
+#include "kernels/fp8.cuh"
+#include <vector>
+#include <thread>
+#include <algorithm>
+#include <time.h>
+
+#if !FLASH_WGMMA || PRECISION != PRECISION_BF16
+int main() {
+    printf("test_fp8: needs a bf16 build for sm_90a (PRECISION=BF16 GPU_ARCH=90a); this is a %s build%s\n",
+           PRECISION_NAME, FLASH_WGMMA ? " for sm_90a" : " without sm_90a");
+    return 77;
+}
+#else
+
+static uint64_t g_rng;
+static double uniform01() {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return ((g_rng >> 11) + 0.5) / 9007199254740992.0;
+}
+static double normal() { return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
+static std::vector<floatX> randn(size_t n, double sd) {
+    std::vector<floatX> v(n);
+    for (auto &x : v) x = (floatX)(float)(normal() * sd);
+    return v;
+}
+
+static int g_checks = 0, g_failures = 0;
+static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(bool ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  ");
+    vprintf(fmt, ap);
+    printf(" %s\n", ok ? "ok" : "FAIL");
+    va_end(ap);
+    g_checks++;
+    g_failures += !ok;
+}
+
+template <class T> static T *upload(const std::vector<T> &h, size_t extra_bytes = 0) {
+    T *d;
+    CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T) + extra_bytes));
+    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <class T> static std::vector<T> download(const T *d, size_t n) {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+static float download1(const float *d) { return download(d, 1)[0]; }
+static void set1(float *d, float v) { CUDA_CHECK(cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice)); }
+
+static float host_amax(const floatX *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = std::max(m, fabsf(to_float(x[i])));
+    return m;
+}
+static const char *fname(Fp8Format f) { return fp8_format_name(f); }
+
+// the GPU's code against fp8.h's for x * scale: equal bits, or both NaN (a NaN's sign is free)
+static bool code_ok(uint8_t got, float x, float scale, Fp8Format f) {
+    uint8_t want = fp8_from_float(x * scale, f);
+    return got == want || (want == FP8_NAN && isnan(fp8_to_float(got, f)));
+}
+
+static const int GUARD = 64;  // bytes after each output that must stay untouched
+static const uint8_t GUARD_BYTE = 0xA5;
+
+// a cast's outputs: n codes and GUARD guard bytes, the scale (set), the amax (zeroed)
+static void cast_buffers(size_t n, float scale, uint8_t **dq, float **dscale, float **damax) {
+    CUDA_CHECK(cudaMalloc(dq, n + GUARD));
+    CUDA_CHECK(cudaMemset(*dq, GUARD_BYTE, n + GUARD));
+    CUDA_CHECK(cudaMalloc(dscale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(damax, sizeof(float)));
+    set1(*dscale, scale);
+    set1(*damax, 0.0f);
+}
+
+// (a) one cast of n elements starting `offset` elements into a fresh buffer
+static void check_quantize(const char *what, const std::vector<floatX> &x, size_t offset, Fp8Format f, float scale,
+                           bool nan_amax) {
+    size_t n = x.size() - offset;
+    floatX *dx = upload(x);
+    uint8_t *dq;
+    float *dscale, *damax;
+    cast_buffers(n, scale, &dq, &dscale, &damax);
+    fp8_quantize(dq, damax, dx + offset, dscale, n, f, 0);
+    std::vector<uint8_t> q = download(dq, n + GUARD);
+    float amax = download1(damax);
+    set1(damax, 0.0f);
+    fp8_quantize(NULL, damax, dx + offset, NULL, n, f, 0);
+    float amax_only = download1(damax);
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+        if (!code_ok(q[i], to_float(x[offset + i]), scale, f)) { if (!bad++) first = i; }
+    size_t guard_bad = 0;
+    for (int i = 0; i < GUARD; i++) guard_bad += q[n + i] != GUARD_BYTE;
+    float want = host_amax(x.data() + offset, n);
+    bool amax_ok = nan_amax ? isnan(amax) && isnan(amax_only) : amax == want && amax_only == want;
+    report(bad == 0 && guard_bad == 0 && amax_ok,
+           "cast %-34s %s n=%zu scale %g: %zu of %zu codes differ, %zu guard bytes written, amax %g (amax-only %g, "
+           "want %g)", what, fname(f), n, scale, bad, n, guard_bad, amax, amax_only, nan_amax ? NAN : want);
+    if (bad)
+        printf("    first at %zu: x %g -> 0x%02x, want 0x%02x\n", first, to_float(x[offset + first]), q[first],
+               fp8_from_float(to_float(x[offset + first]) * scale, f));
+    cudaFree(dx); cudaFree(dq); cudaFree(dscale); cudaFree(damax);
+}
+
+static void test_quantize() {
+    printf("(a) fp8_quantize against fp8.h's encoder\n");
+    std::vector<floatX> x = randn(512 * 768 + 5, 1.0);
+    for (int i = 0; i < 64; i++) x[(size_t)(uniform01() * x.size())] = (floatX)(float)(normal() * 1e-6);  // tiny
+    float amax = host_amax(x.data(), x.size());
+    for (Fp8Format f : {FP8_E4M3, FP8_E5M2}) {
+        float s = fp8_scale_from_amax(amax, fp8_format_max(f), 0, 1.0f);
+        check_quantize("16-byte path + scalar tail", x, 0, f, s, false);
+        check_quantize("unaligned (scalar path)", x, 1, f, s, false);
+        check_quantize("saturating (scale x 16)", x, 0, f, 16 * s, false);
+        std::vector<floatX> sp = randn(4096, 3.0);
+        sp[5] = (floatX)INFINITY;
+        sp[77] = (floatX)-INFINITY;
+        sp[1000] = (floatX)NAN;
+        sp[1001] = (floatX)0.0f;
+        sp[1002] = (floatX)-0.0f;
+        check_quantize("inf, NaN and zeros", sp, 0, f, 10.0f, true);
+    }
+}
+
+// (b) the transposing cast of a rows x cols tensor
+static void check_transpose(int rows, int cols, Fp8Format f) {
+    std::vector<floatX> x = randn((size_t)rows * cols, 0.05);
+    float amax_want = host_amax(x.data(), x.size());
+    float scale = fp8_scale_from_amax(amax_want, fp8_format_max(f), 1, 1.0f);
+    size_t n = x.size();
+    floatX *dx = upload(x);
+    uint8_t *dq;
+    float *dscale, *damax;
+    cast_buffers(n, scale, &dq, &dscale, &damax);
+    fp8_quantize_transpose(dq, damax, dx, dscale, rows, cols, f, 0);
+    std::vector<uint8_t> q = download(dq, n + GUARD);
+    float amax = download1(damax);
+    size_t bad = 0, guard_bad = 0;
+    int br = -1, bc = -1;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            if (!code_ok(q[(size_t)c * rows + r], to_float(x[(size_t)r * cols + c]), scale, f)) {
+                if (!bad++) { br = r; bc = c; }
+            }
+    for (int i = 0; i < GUARD; i++) guard_bad += q[n + i] != GUARD_BYTE;
+    report(bad == 0 && guard_bad == 0 && amax == amax_want,
+           "transpose %4d x %-4d %s: %zu of %zu codes differ, %zu guard bytes written, amax %g (want %g)", rows, cols,
+           fname(f), bad, n, guard_bad, amax, amax_want);
+    if (bad)
+        printf("    first at row %d col %d: x %g -> 0x%02x, want 0x%02x\n", br, bc, to_float(x[(size_t)br * cols + bc]),
+               q[(size_t)bc * rows + br], fp8_from_float(to_float(x[(size_t)br * cols + bc]) * scale, f));
+    cudaFree(dx); cudaFree(dq); cudaFree(dscale); cudaFree(damax);
+}
+
+static void test_transpose() {
+    printf("(b) fp8_quantize_transpose against fp8.h's encoder\n");
+    const int shapes[][2] = {{512, 768}, {768, 2304}, {3072, 512}, {64, 64}, {100, 72}, {77, 50}, {1, 8}};
+    for (Fp8Format f : {FP8_E4M3, FP8_E5M2})
+        for (auto &s : shapes) check_transpose(s[0], s[1], f);
+}
+
+// A tensor in FP8 on the device: codes (and those of its transpose), scale and dequantization factor
+struct Fp8Tensor {
+    int rows, cols;
+    Fp8Format f;
+    uint8_t *q = NULL, *qt = NULL;
+    float *scale = NULL, *deq = NULL, *amax = NULL;
+};
+// current scaling: amax, then the scale (fp8_update_scale with H = 1), then the casts
+static Fp8Tensor make_fp8(const floatX *dx, int rows, int cols, Fp8Format f, bool transposed_too) {
+    Fp8Tensor t;
+    t.rows = rows; t.cols = cols; t.f = f;
+    size_t n = (size_t)rows * cols;
+    CUDA_CHECK(cudaMalloc(&t.q, n));
+    if (transposed_too) CUDA_CHECK(cudaMalloc(&t.qt, n));
+    CUDA_CHECK(cudaMalloc(&t.scale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&t.deq, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&t.amax, sizeof(float)));
+    set1(t.scale, 1.0f);
+    set1(t.amax, 0.0f);
+    fp8_quantize(NULL, t.amax, dx, NULL, n, f, 0);
+    fp8_update_scale(t.scale, t.deq, t.amax, 1, f, 0, 0);
+    fp8_quantize(t.q, NULL, dx, t.scale, n, f, 0);
+    if (transposed_too) fp8_quantize_transpose(t.qt, NULL, dx, t.scale, rows, cols, f, 0);
+    return t;
+}
+static void free_fp8(Fp8Tensor &t) {
+    cudaFree(t.q); cudaFree(t.qt); cudaFree(t.scale); cudaFree(t.deq); cudaFree(t.amax);
+}
+// the codes' values, unscaled (rows x cols, or cols x rows for the transpose)
+static std::vector<float> decoded(const uint8_t *dq, size_t n, Fp8Format f) {
+    std::vector<uint8_t> q = download(dq, n);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = fp8_to_float(q[i], f);
+    return v;
+}
+
+// The reference of D (m x n col-major, ld m) = ab * A B^T-as-rows + bias + C0, A: m rows
+// of k values, B: n rows of k values (the TN call's operands as stored). mag: ab * sum |a b|,
+// the scale of the accumulation error.
+struct Ref { std::vector<double> val, mag; };
+static Ref reference(const std::vector<float> &A, const std::vector<float> &B, int m, int n, int k, double ab,
+                     const std::vector<floatX> *bias, const std::vector<floatX> *C0) {
+    Ref r;
+    r.val.resize((size_t)m * n);
+    r.mag.resize((size_t)m * n);
+    int nt = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; t++)
+        th.emplace_back([&, t]() {
+            for (int j = t; j < n; j += nt)
+                for (int i = 0; i < m; i++) {
+                    const float *a = &A[(size_t)i * k], *b = &B[(size_t)j * k];
+                    double s = 0, sa = 0;
+                    for (int p = 0; p < k; p++) {
+                        double pr = (double)a[p] * b[p];
+                        s += pr;
+                        sa += fabs(pr);
+                    }
+                    size_t o = (size_t)j * m + i;
+                    r.val[o] = ab * s + (bias ? (double)to_float((*bias)[i]) : 0.0) +
+                               (C0 ? (double)to_float((*C0)[o]) : 0.0);
+                    r.mag[o] = ab * sa;
+                }
+        });
+    for (auto &x : th) x.join();
+    return r;
+}
+
+// Tolerance of each output: the bf16 rounding of D is at most half an ulp, 2^-9 of |D|
+// (the operands are exactly representable, so their quantization error is not ours to
+// count: the reference uses the same FP8 values); 2^-8 doubles it. Plus the accumulation:
+// exact FP8 products summed in fp32 would be off by far less than 2^-11 of sum |a b|, but
+// the tensor cores' FP8 sums carry fewer bits than fp32 (about 14 were measured on Hopper),
+// cuBLASLt promoting them to fp32 every few k-steps; with fast accumulation it does not
+// (cublasLt.h: "intermediate results will not periodically be promoted"), and a
+// truncating 14-bit running sum over K/32 MMA steps errs by up to about 2^-11.5 of
+// sum |a b| at K = 3072. Hence 2^-11 (promoted) and 2^-8 (fast): 8 times those estimates.
+static void check_matmul(const char *what, const Fp8Tensor &ta, bool a_t, const Fp8Tensor &tb, bool b_t, int m, int n,
+                         int k, const floatX *dbias, float beta, const std::vector<floatX> *C0, const Ref &ref,
+                         int fast) {
+    floatX *dD;
+    CUDA_CHECK(cudaMalloc(&dD, (size_t)m * n * sizeof(floatX)));
+    if (C0) CUDA_CHECK(cudaMemcpy(dD, C0->data(), C0->size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    else CUDA_CHECK(cudaMemset(dD, 0xFF, (size_t)m * n * sizeof(floatX)));  // NaN: unwritten outputs fail
+    matmul_fp8(dD, a_t ? ta.qt : ta.q, ta.f, ta.deq, b_t ? tb.qt : tb.q, tb.f, tb.deq, dbias, m, n, k, k, k, m, beta,
+               fast, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<floatX> D = download(dD, (size_t)m * n);
+    double max_err = 0, max_ref = 0, worst = 0;
+    size_t bad = 0, first = 0;
+    const double eps = fast ? ldexp(1.0, -8) : ldexp(1.0, -11);
+    for (size_t o = 0; o < D.size(); o++) {
+        double got = to_float(D[o]), err = fabs(got - ref.val[o]);
+        double tol = ldexp(fabs(ref.val[o]), -8) + eps * ref.mag[o] + 1e-30;
+        if (!(err <= tol)) { if (!bad++) first = o; }
+        max_err = err == err && max_err == max_err ? std::max(max_err, err) : NAN;
+        max_ref = std::max(max_ref, fabs(ref.val[o]));
+        worst = err == err && worst == worst ? std::max(worst, err / tol) : NAN;
+    }
+    report(bad == 0, "%-22s %s x %s m=%-4d n=%-4d k=%-4d%s: max abs err %.2e, rel %.2e (of max |ref| %.2e), "
+           "worst err/tol %.3f, %zu over tol", what, fname(ta.f), fname(tb.f), m, n, k, fast ? " fast" : "     ",
+           max_err, max_err / max_ref, max_ref, worst, bad);
+    if (bad)
+        printf("    first at row %zu col %zu: got %.6e, ref %.6e\n", first % m, first / m, to_float(D[first]),
+               ref.val[first]);
+    cudaFree(dD);
+}
+
+static void test_matmul() {
+    printf("(c, d) matmul_fp8 against a double-precision product of the dequantized operands\n");
+    const int N = 512;  // B * T = 4 * 128
+    struct Layer { const char *name; int C, OC; } layers[] = {
+        {"qkv", 768, 2304}, {"attproj", 768, 768}, {"fc", 768, 3072}, {"fcproj", 3072, 768}};
+    for (const Layer &L : layers) {
+        const int C = L.C, OC = L.OC;
+        std::vector<floatX> inp = randn((size_t)N * C, 1.0), W = randn((size_t)OC * C, 0.02),
+                            bias = randn(OC, 0.02), dout = randn((size_t)N * OC, 1e-4),
+                            dW0 = randn((size_t)OC * C, 1e-3);
+        floatX *dinp = upload(inp), *dW = upload(W), *dbias = upload(bias), *ddout = upload(dout);
+        Fp8Tensor qi = make_fp8(dinp, N, C, FP8_E4M3, true), qw = make_fp8(dW, OC, C, FP8_E4M3, true),
+                  qd = make_fp8(ddout, N, OC, FP8_E5M2, true);
+        double si = download1(qi.deq), sw = download1(qw.deq), sd = download1(qd.deq);
+        const size_t ni = (size_t)N * C, nw = (size_t)OC * C, nd = (size_t)N * OC;
+        std::vector<float> inp_v = decoded(qi.q, ni, FP8_E4M3), inpT_v = decoded(qi.qt, ni, FP8_E4M3),
+                           W_v = decoded(qw.q, nw, FP8_E4M3), WT_v = decoded(qw.qt, nw, FP8_E4M3),
+                           d_v = decoded(qd.q, nd, FP8_E5M2), dT_v = decoded(qd.qt, nd, FP8_E5M2);
+        char what[64];
+        // forward: out (N, OC) = inp W^T + bias: m = OC, n = N, k = C, A = W, B = inp
+        Ref r = reference(W_v, inp_v, OC, N, C, sw * si, &bias, NULL);
+        snprintf(what, sizeof what, "%s forward", L.name);
+        for (int fast = 0; fast < 2; fast++)
+            check_matmul(what, qw, false, qi, false, OC, N, C, dbias, 0, NULL, r, fast);
+        // dinp (N, C) = dout W: m = C, n = N, k = OC, A = W^T (C rows of OC), B = dout
+        r = reference(WT_v, d_v, C, N, OC, sw * sd, NULL, NULL);
+        snprintf(what, sizeof what, "%s dinp", L.name);
+        for (int fast = 0; fast < 2; fast++)
+            check_matmul(what, qw, true, qd, false, C, N, OC, NULL, 0, NULL, r, fast);
+        // dweight (OC, C) += dout^T inp: m = C, n = OC, k = N, A = inp^T (C rows of N), B = dout^T
+        r = reference(inpT_v, dT_v, C, OC, N, si * sd, NULL, &dW0);
+        snprintf(what, sizeof what, "%s dweight +=", L.name);
+        for (int fast = 0; fast < 2; fast++)
+            check_matmul(what, qi, true, qd, true, C, OC, N, NULL, 1, &dW0, r, fast);
+        if (L.OC == 2304) {
+            // dweight^T (C, OC) = inp^T dout with the gradient as A: E5M2 x E4M3
+            r = reference(dT_v, inpT_v, OC, C, N, si * sd, NULL, NULL);
+            snprintf(what, sizeof what, "%s dweight^T", L.name);
+            for (int fast = 0; fast < 2; fast++)
+                check_matmul(what, qd, true, qi, true, OC, C, N, NULL, 0, NULL, r, fast);
+        }
+        free_fp8(qi); free_fp8(qw); free_fp8(qd);
+        cudaFree(dinp); cudaFree(dW); cudaFree(dbias); cudaFree(ddout);
+    }
+}
+
+// (e) the scale update on the device against fp8.h on the host, bit for bit
+static void test_scale_update() {
+    printf("(e) fp8_update_scale against fp8.h's recipe\n");
+    float *dscale, *ddeq, *dhist;
+    CUDA_CHECK(cudaMalloc(&dscale, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&ddeq, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dhist, 8 * sizeof(float)));
+    struct { std::vector<float> hist; Fp8Format f; int margin; } cases[] = {
+        {{0.37f}, FP8_E4M3, 0},
+        {{3.1e-5f}, FP8_E5M2, 0},
+        {{0.5f, NAN, 2.0f, INFINITY, 1.0f}, FP8_E4M3, 1},
+        {{0.0f, 0.0f, 0.0f}, FP8_E4M3, 0},
+        {{NAN}, FP8_E5M2, 2},
+        {{1e-3f, 7e-4f, 1.3e-3f, 9e-4f, 1.1e-3f, 0.0f, 1.2e-3f, 8e-4f}, FP8_E5M2, 0},
+    };
+    for (auto &c : cases) {
+        const float prev = 5.0f;
+        set1(dscale, prev);
+        CUDA_CHECK(cudaMemcpy(dhist, c.hist.data(), c.hist.size() * sizeof(float), cudaMemcpyHostToDevice));
+        fp8_update_scale(dscale, ddeq, dhist, (int)c.hist.size(), c.f, c.margin, 0);
+        float s = download1(dscale), d = download1(ddeq);
+        float want = fp8_scale_from_amax(fp8_amax_history_max(c.hist.data(), (int)c.hist.size()),
+                                         fp8_format_max(c.f), c.margin, prev);
+        report(s == want && d == fp8_dequant_factor(want), "%zu-step history, %s, margin %d: scale %g, deq %g "
+               "(want %g, %g)", c.hist.size(), fname(c.f), c.margin, s, d, want, fp8_dequant_factor(want));
+    }
+    cudaFree(dscale); cudaFree(ddeq); cudaFree(dhist);
+}
+
+int main(int argc, char **argv) {
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
+    g_rng = seed * 0x9E3779B97F4A7C15ull | 1;
+    int ndev = 0, major = 0, minor = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_fp8: no GPU\n");
+        return 77;
+    }
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    if (major != 9 || minor != 0) {
+        printf("test_fp8: built for sm_90a; this GPU is %d.%d\n", major, minor);
+        return 77;
+    }
+    printf("test_fp8 (%s), seed %llu\n", PRECISION_NAME, (unsigned long long)seed);
+    matmul_init(0);
+    test_quantize();
+    test_transpose();
+    test_scale_update();
+    test_matmul();
+    matmul_free();
+    printf("%d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
+#endif
