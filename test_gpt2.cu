@@ -52,6 +52,16 @@ static float grad_tolerance(int k, float override_tol) {
 #endif
 }
 
+// --fp8 1 (bf16 build): the linear layers' operands in FP8, E4M3 (3 mantissa bits: a
+// rounding error of up to 2^-4 of each element) forward and E5M2 (2 bits: 2^-3) for the
+// output gradients. Provisional tolerances, not yet measured: loose enough that a wrong
+// layout, scale or transpose (errors of the order of the tensor itself) fails, and to be
+// tightened from the errors the test prints on a GPU. --logits-tol and the others override.
+#define FP8_LOGITS_TOL 0.15f
+#define FP8_LOSS_TOL 0.03f
+#define FP8_GRAD_TOL 0.3f
+#define FP8_STEP_TOL 0.15f
+
 int main(int argc, char **argv) {
     const char *dir = "build/ref";
 #if PRECISION == PRECISION_FP32
@@ -63,8 +73,9 @@ int main(int argc, char **argv) {
 #endif
     float grad_tol = 0.0f;
     int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT;
-    const char *optimizer_state = "fp32";
-    int offload = 0, cuda_graph = 0;
+    const char *optimizer_state = "fp32", *fp8_layers_text = "all";
+    int offload = 0, cuda_graph = 0, fp8 = 0;
+    const float build_tols[3] = {logits_tol, loss_tol, step_tol};
     ArgSpec specs[] = {
         {NULL, "--ref-dir", ARG_STRING, &dir, "directory with model.bin and debug_state.bin from dev/gpt2_ref.py"},
         {NULL, "--logits-tol", ARG_FLOAT, &logits_tol, "tolerance on logits (max abs err / max abs ref)"},
@@ -80,7 +91,10 @@ int main(int argc, char **argv) {
         {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
         {NULL, "--offload", ARG_INT, &offload,
          "master weights and moments in pinned host memory; 1: updated in place, 2: staged in chunks"},
-        {NULL, "--cuda-graph", ARG_INT, &cuda_graph, "1: the AdamW steps' micro-steps and updates replayed from CUDA graphs"},
+        {NULL, "--cuda-graph", ARG_INT, &cuda_graph,
+         "1: the AdamW steps' micro-steps and updates replayed from CUDA graphs"},
+        {NULL, "--fp8", ARG_INT, &fp8, "1: the linear layers in FP8, with FP8's tolerances (bf16 build)"},
+        {NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text, "with --fp8 1: all, blocks or head"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
@@ -91,6 +105,13 @@ int main(int argc, char **argv) {
     const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
     if (offload < OFFLOAD_NONE || offload > OFFLOAD_STAGED) fatal("--offload must be 0, 1 or 2");
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1");
+    const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text);
+    if (fp8_layers) {  // FP8's tolerances where the command line left the build's
+        if (logits_tol == build_tols[0]) logits_tol = FP8_LOGITS_TOL;
+        if (loss_tol == build_tols[1]) loss_tol = FP8_LOSS_TOL;
+        if (step_tol == build_tols[2]) step_tol = FP8_STEP_TOL;
+        if (grad_tol == 0.0f) grad_tol = FP8_GRAD_TOL;
+    }
     char model_path[4096], state_path[4096];
     snprintf(model_path, sizeof model_path, "%s/model.bin", dir);
     snprintf(state_path, sizeof state_path, "%s/debug_state.bin", dir);
@@ -114,19 +135,24 @@ int main(int argc, char **argv) {
     model.moments_bf16 = moments_bf16;
     model.offload = offload;
     model.graph = cuda_graph;
+    model.fp8 = fp8_layers;
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) model.scaler.scale = 1024.0f;
     printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s, "
-           "%s moments%s%s\n",
+           "%s moments%s%s%s\n",
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, recompute,
            g_fuse_gelu ? "fused" : "separate", flash ? "flash" : "plain",
            flash && !deterministic ? " (atomic-dq backward)" : "", model.moments_bf16 ? "bf16" : "fp32",
            offload == OFFLOAD_STAGED ? ", optimizer state in host memory (staged)"
            : offload                 ? ", optimizer state in host memory (mapped)"
-                                     : "", cuda_graph ? ", micro-steps and updates from CUDA graphs" : "");
+                                     : "", cuda_graph ? ", micro-steps and updates from CUDA graphs" : "",
+           fp8_layers == FP8_LAYERS_ALL      ? ", FP8 linear layers"
+           : fp8_layers == FP8_LAYERS_BLOCKS ? ", FP8 in the blocks"
+           : fp8_layers == FP8_LAYERS_HEAD   ? ", FP8 lm_head"
+                                             : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model.stream;
 

@@ -36,6 +36,7 @@
 #include "kernels/encoder.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
+#include "kernels/fp8_linear.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/classifier.cuh"
@@ -166,6 +167,8 @@ typedef struct {
     int update_warm;                            // an update has run eagerly (its kernels' first launches)
     StepGraph update_graph;                     // --cuda-graph 1: norm, clip and AdamW (one rank, not staged)
     AdamWStepBuf adamw_step;                    // the update's per-step values, read on the device
+    int fp8;                                    // FP8_LAYERS_*: the linear layers in FP8 (set before gpt2_build)
+    Fp8Linear f8;                               // their FP8 weights, scales and operand buffers
     Activations acts;
     size_t act_bytes, scratch_bytes;
     // a micro-batch on the device (d_batch) and in three pinned host buffers, each laid out
@@ -186,6 +189,61 @@ static size_t batch_ints(int B, int T) { return (size_t)BATCH_FIELDS * B * T + 2
 // field f of a batch buffer laid out at the model's capacity
 static int *batch_field(const GPT2 *m, int *buf, int f) { return buf + (size_t)f * m->B * m->T; }
 static int *batch_bucket_count(const GPT2 *m, int *buf) { return buf + (size_t)BATCH_FIELDS * m->B * m->T + 1; }
+
+// --fp8 1: the linear layers whose matmuls run in FP8 (kernels/fp8_linear.cuh), as "sites":
+// layer l's four at 4l + SITE_*, the lm_head at 4L
+enum { FP8_LAYERS_BLOCKS = 1, FP8_LAYERS_HEAD = 2, FP8_LAYERS_ALL = 3 };
+enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, SITES_PER_LAYER };
+
+// --fp8 and --fp8-layers to FP8_LAYERS_* (0: no FP8)
+static int fp8_layers_arg(int fp8, const char *layers) {
+    if (fp8 != 0 && fp8 != 1) fatal("--fp8 must be 0 or 1, got %d", fp8);
+    int mask = !strcmp(layers, "all") ? FP8_LAYERS_ALL : !strcmp(layers, "blocks") ? FP8_LAYERS_BLOCKS
+               : !strcmp(layers, "head")                                            ? FP8_LAYERS_HEAD
+                                                                                    : -1;
+    if (mask < 0) fatal("--fp8-layers must be all, blocks or head, got '%s'", layers);
+    if (fp8 && PRECISION != PRECISION_BF16)
+        fatal("--fp8 1: FP8 matmuls are in the bf16 build (make PRECISION=BF16); this is the %s build",
+              PRECISION_NAME);
+    return fp8 ? mask : 0;
+}
+
+// The sites' weight shapes (OC x C; 0 x 0 for a layer not in FP8); returns their count
+static int fp8_site_shapes(const GPT2Config *c, int layers, int *oc, int *cc) {
+    int L = c->num_layers, C = c->channels, n = SITES_PER_LAYER * L + 1;
+    const int block_oc[SITES_PER_LAYER] = {3 * C, C, 4 * C, C}, block_c[SITES_PER_LAYER] = {C, C, C, 4 * C};
+    for (int i = 0; i < n; i++) {
+        int head = i == n - 1, on = layers & (head ? FP8_LAYERS_HEAD : FP8_LAYERS_BLOCKS);
+        oc[i] = !on ? 0 : head ? c->padded_vocab_size : block_oc[i % SITES_PER_LAYER];
+        cc[i] = !on ? 0 : head ? C : block_c[i % SITES_PER_LAYER];
+    }
+    return n;
+}
+
+// bytes of each FP8 operand buffer at micro-batches of N rows: N x C codes, or 64 rows of
+// the widest operand (the lm_head's gradient) where that is more, so no chunk is too thin
+static size_t fp8_buffer_bytes(const GPT2Config *c, size_t N) {
+    size_t a = N * c->channels, b = (size_t)64 * c->padded_vocab_size;
+    return a > b ? a : b;
+}
+
+// device bytes of --fp8's state for micro-batches of up to N rows (0 without --fp8)
+static size_t fp8_plan_bytes(const GPT2Config *c, int layers, size_t N) {
+    if (!layers) return 0;
+    int *oc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
+    int *cc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
+    int n = fp8_site_shapes(c, layers, oc, cc);
+    size_t b = fp8_linear_bytes(n, oc, cc, fp8_buffer_bytes(c, N));
+    free(oc);
+    free(cc);
+    return b;
+}
+
+// layer l's site `which` (l < 0: the lm_head), or -1 where that layer is not in FP8
+static int fp8_site(const GPT2 *m, int l, int which) {
+    if (l < 0) return m->fp8 & FP8_LAYERS_HEAD ? SITES_PER_LAYER * m->config.num_layers : -1;
+    return m->fp8 & FP8_LAYERS_BLOCKS ? SITES_PER_LAYER * l + which : -1;
+}
 
 // The parameter layout, and the optimizer's over `shard_world` ranks (1: unsharded).
 // Returns NULL, or why the model's slices cannot be sharded that way.
@@ -343,6 +401,7 @@ typedef struct {
 typedef struct {
     GPT2Config cfg;
     int T, use_master, flash, deterministic;
+    int fp8;  // FP8_LAYERS_*
 } PlanSettings;
 
 // SIZE_MAX in params: the setting is impossible (ZeRO over ranks that do not divide a slice).
@@ -366,6 +425,7 @@ static DevicePlan gpt2_device_plan(const PlanSettings *p, MemorySetting s) {
     size_t bytes[ACT_BUFFERS];
     activation_bytes(m, s.B, p->T, s.recompute, p->flash, p->deterministic, 0, bytes);
     for (int i = 0; i < ACT_BUFFERS; i++) (i >= ACT_FIRST_SCRATCH ? d.scratch : d.acts) += bytes[i];
+    d.scratch += fp8_plan_bytes(&p->cfg, p->fp8, (size_t)s.B * p->T);
     d.other = batch_ints(s.B, p->T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
               DEVICE_RESERVE_BYTES + (s.ranks > 1 ? COMM_RESERVE_BYTES : 0) +
               (s.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0) +
@@ -387,6 +447,41 @@ static const char *device_plan_text(char *buf, size_t cap, const DevicePlan *d) 
              "buffers and reserve %.2f", d->params * g, d->grads * g, d->optimizer * g, d->acts * g, d->scratch * g,
              d->other * g);
     return buf;
+}
+
+// --fp8: every FP8 layer's weight to its FP8 copies; after each change of the parameters
+static void gpt2_fp8_weights(GPT2 *m) {
+    if (!m->fp8) return;
+    const int L = m->config.num_layers, C = m->config.channels;
+    const int tensor[SITES_PER_LAYER] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
+    const size_t per_layer[SITES_PER_LAYER] = {(size_t)3 * C * C, (size_t)C * C, (size_t)4 * C * C, (size_t)4 * C * C};
+    for (int l = 0; l < L; l++)
+        for (int w = 0; w < SITES_PER_LAYER; w++) {
+            int site = fp8_site(m, l, w);
+            if (site >= 0) fp8_linear_weight(&m->f8, site, m->param[tensor[w]] + l * per_layer[w], m->stream);
+        }
+    if (fp8_site(m, -1, 0) >= 0) fp8_linear_weight(&m->f8, fp8_site(m, -1, 0), m->param[P_WTE], m->stream);
+}
+
+// A linear layer's forward and backward (kernels/matmul.cuh's arguments), in FP8 where its
+// site is (site >= 0) and the shape allows, else in the build's precision
+static void gpt2_linear_forward(GPT2 *m, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
+                                const floatX *weight, const floatX *bias, int N, int C, int OC) {
+    if (site >= 0 && fp8_linear_fits(&m->f8, site, N))
+        fp8_linear_forward(&m->f8, site, out, pre_gelu, inp, bias, N, m->stream);
+    else
+        matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, m->stream);
+}
+
+static void gpt2_linear_backward(GPT2 *m, int site, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
+                                 const floatX *dout, const floatX *inp, const floatX *weight, const floatX *pre_gelu,
+                                 int N, int C, int OC) {
+    if (site >= 0 && fp8_linear_fits(&m->f8, site, N)) {
+        if (dbias) bias_backward(dbias, scratch, dout, N, OC, OC, m->stream);
+        fp8_linear_backward(&m->f8, site, dinp, dweight, dout, inp, pre_gelu, N, m->stream);
+    } else {
+        matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, m->stream);
+    }
 }
 
 // Allocates everything on the device for micro-batches of up to (B, T) and uploads the
@@ -471,6 +566,17 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         CUDA_CHECK(cudaMalloc(ptr, bytes[i]));
         (i >= ACT_FIRST_SCRATCH ? model->scratch_bytes : model->act_bytes) += bytes[i];
     }
+    if (model->fp8) {
+        int n = SITES_PER_LAYER * c->num_layers + 1, *oc = (int *)xmalloc(n * sizeof(int));
+        int *cc = (int *)xmalloc(n * sizeof(int));
+        fp8_site_shapes(c, model->fp8, oc, cc);
+        size_t cap = fp8_buffer_bytes(c, (size_t)B * T);
+        fp8_linear_init(&model->f8, n, oc, cc, cap);
+        model->scratch_bytes += fp8_linear_bytes(n, oc, cc, cap);
+        free(oc);
+        free(cc);
+        gpt2_fp8_weights(model);
+    }
     CUDA_CHECK(cudaMalloc(&model->d_batch, batch_ints(B, T) * sizeof(int)));
     for (int i = 0; i < 3; i++) {
         CUDA_CHECK(cudaMallocHost(&model->h_batch[i], batch_ints(B, T) * sizeof(int)));
@@ -493,6 +599,7 @@ static void gpt2_free(GPT2 *model) {
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
     step_graph_free(&model->step_graph);
     step_graph_free(&model->update_graph);
+    fp8_linear_free(&model->f8);
     adamw_step_free(&model->adamw_step);
     optimizer_state_free(model->master, model->offload);
     optimizer_state_free(model->m, model->offload);
@@ -600,16 +707,16 @@ static void gpt2_block_forward(GPT2 *model, int l, const BlockActs *b, int B, in
     Activations *a = &model->acts;
     floatX **p = model->param;
     int N = B * T;
-    PROF(PH_MATMUL, matmul_forward(b->qkv, NULL, b->ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, N, C,
-                                   3 * C, s));
+    PROF(PH_MATMUL, gpt2_linear_forward(model, fp8_site(model, l, SITE_QKV), b->qkv, NULL, b->ln1,
+                                        p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, N, C, 3 * C));
     if (model->flash) PROF(PH_ATTENTION, flash_attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, s));
     else PROF(PH_ATTENTION, attention_forward(b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s));
-    PROF(PH_MATMUL, matmul_forward(a->attproj, NULL, b->atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C,
-                                   N, C, C, s));
+    PROF(PH_MATMUL, gpt2_linear_forward(model, fp8_site(model, l, SITE_ATTPROJ), a->attproj, NULL, b->atty,
+                                        p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, N, C, C));
     PROF(PH_LAYERNORM, fused_residual_layernorm_forward(b->residual2, b->ln2, b->ln2_mean, b->ln2_rstd, b->residual,
                                                         a->attproj, p[P_LN2W] + l * C, p[P_LN2B] + l * C, N, C, s));
-    PROF(PH_MATMUL, matmul_forward(b->fch_gelu, b->fch, b->ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C,
-                                   N, C, 4 * C, s));
+    PROF(PH_MATMUL, gpt2_linear_forward(model, fp8_site(model, l, SITE_FC), b->fch_gelu, b->fch, b->ln2,
+                                        p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C, N, C, 4 * C));
 }
 
 static void gpt2_forward(GPT2 *model, int B, int T) {
@@ -629,8 +736,9 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
     for (int l = 0; l < L; l++) {
         BlockActs b = block_acts(model, l);
         gpt2_block_forward(model, l, &b, B, T);
-        PROF(PH_MATMUL, matmul_forward(a->fcproj, NULL, b.fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C,
-                                       p[P_FCPROJB] + l * C, (int)N, 4 * C, C, s));
+        PROF(PH_MATMUL, gpt2_linear_forward(model, fp8_site(model, l, SITE_FCPROJ), a->fcproj, NULL, b.fch_gelu,
+                                            p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, (int)N, 4 * C,
+                                            C));
         // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
         prof_begin(s);
         if (l + 1 < L) {
@@ -644,7 +752,8 @@ static void gpt2_forward(GPT2 *model, int B, int T) {
         }
         prof_end(PH_LAYERNORM, s);
     }
-    PROF(PH_MATMUL, matmul_forward(a->logits, NULL, a->lnf, p[P_WTE], NULL, (int)N, C, Vp, s));  // lm_head tied to wte
+    PROF(PH_MATMUL, gpt2_linear_forward(model, fp8_site(model, -1, 0), a->logits, NULL, a->lnf, p[P_WTE], NULL, (int)N,
+                                        C, Vp));  // lm_head tied to wte
 }
 
 // Loss of the last forward over the uploaded targets: adds loss_scale * sum of the
@@ -722,7 +831,8 @@ static void gpt2_backward(GPT2 *model) {
     if (gpt2_zero2(model))
         CUDA_CHECK(cudaStreamWaitEvent(s, model->ev_free[2], 0));  // last micro-step's reduce-scatter
     // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
-    PROF(PH_MATMUL, matmul_backward(a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, (int)N, C, Vp, s));
+    PROF(PH_MATMUL, gpt2_linear_backward(model, fp8_site(model, -1, 0), a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf,
+                                         p[P_WTE], NULL, (int)N, C, Vp));
     CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, N * C * sizeof(floatX), s));
     // Each layernorm backward also sums the columns of the dresidual it leaves: that is the
     // bias gradient of the linear layer whose output gradient dresidual is next (lnf and
@@ -754,10 +864,13 @@ static void gpt2_backward(GPT2 *model) {
                                                  p[P_LN2B] + l * C, (int)N, C, s));
 
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        PROF(PH_MATMUL, matmul_backward(a->dfch, grad_at(model, P_FCPROJW, l), NULL, fs, a->dresidual, fch_gelu,
-                        p[P_FCPROJW] + (size_t)l * C * 4 * C, fch, (int)N, 4 * C, C, s));  // dfch includes gelu'
-        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_FCW, l), grad_at(model, P_FCB, l), fs, a->dfch, ln2,
-                        p[P_FCW] + (size_t)l * 4 * C * C, NULL, (int)N, C, 4 * C, s));
+        PROF(PH_MATMUL, gpt2_linear_backward(model, fp8_site(model, l, SITE_FCPROJ), a->dfch,
+                                             grad_at(model, P_FCPROJW, l), NULL, fs, a->dresidual, fch_gelu,
+                                             p[P_FCPROJW] + (size_t)l * C * 4 * C, fch, (int)N, 4 * C,
+                                             C));  // dfch includes gelu'
+        PROF(PH_MATMUL, gpt2_linear_backward(model, fp8_site(model, l, SITE_FC), a->dln, grad_at(model, P_FCW, l),
+                                             grad_at(model, P_FCB, l), fs, a->dfch, ln2,
+                                             p[P_FCW] + (size_t)l * 4 * C * C, NULL, (int)N, C, 4 * C));
         PROF(PH_LAYERNORM, layernorm_backward(a->dresidual, grad_at(model, P_LN2W, l), grad_at(model, P_LN2B, l),
                            grad_at(model, P_ATTPROJB, l), fs, a->dln, residual2, p[P_LN2W] + l * C, ln2_mean, ln2_rstd,
                            (int)N, C, sms, s));
@@ -766,8 +879,9 @@ static void gpt2_backward(GPT2 *model) {
         if (r == 2)
             PROF(PH_LAYERNORM, layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p[P_LN1W] + l * C,
                                                  p[P_LN1B] + l * C, (int)N, C, s));
-        PROF(PH_MATMUL, matmul_backward(a->datty, grad_at(model, P_ATTPROJW, l), NULL, fs, a->dresidual, atty,
-                        p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C, s));
+        PROF(PH_MATMUL, gpt2_linear_backward(model, fp8_site(model, l, SITE_ATTPROJ), a->datty,
+                                             grad_at(model, P_ATTPROJW, l), NULL, fs, a->dresidual, atty,
+                                             p[P_ATTPROJW] + (size_t)l * C * C, NULL, (int)N, C, C));
         // The qkv bias gradient, in thirds with flash attention: q's is a pass over dq; k's is
         // zero (a bias on every key adds the same q.b to a whole row of scores, which softmax
         // ignores; the rows of dS sum to zero), left as zero_grad left it; v's is the column
@@ -778,8 +892,9 @@ static void gpt2_backward(GPT2 *model) {
                  flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, qkv, atty, b.lse, a->flash_scratch, B, T, C,
                                           NH, s));
         else PROF(PH_ATTENTION, attention_backward(a->dqkv, a->datty, qkv, att, a->attn_scratch, B, T, C, NH, s));
-        PROF(PH_MATMUL, matmul_backward(a->dln, grad_at(model, P_QKVW, l), model->flash ? NULL : dqkvb, fs, a->dqkv,
-                                        ln1, p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C, s));
+        PROF(PH_MATMUL, gpt2_linear_backward(model, fp8_site(model, l, SITE_QKV), a->dln, grad_at(model, P_QKVW, l),
+                                             model->flash ? NULL : dqkvb, fs, a->dqkv, ln1,
+                                             p[P_QKVW] + (size_t)l * 3 * C * C, NULL, (int)N, C, 3 * C));
         if (model->flash) PROF(PH_MATMUL, bias_backward(dqkvb, fs, a->dqkv, (int)N, C, 3 * C, s));
         floatX *dbias_below = NULL;  // layer l - 1's fcproj bias gradient (layer 0: the encoder is below)
         if (l > 0) {
@@ -966,6 +1081,8 @@ static void update_launches(void *ctx) {
                               gpt2_adamw_range, ctx, s);
     else
         gpt2_adamw_range(ctx, 0, model->zl.shard_elems, model->master, model->m, model->v);
+    // on one rank the parameters are final here, so the FP8 casts join the update's graph
+    if (model->zl.world == 1) gpt2_fp8_weights(model);
 }
 
 // One optimizer step (t counts from 1). The loss of the step must already be in
@@ -1001,6 +1118,7 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
         }
         comm_group_end(model->comm);
         compute_after_comm(model);
+        gpt2_fp8_weights(model);
     }
 }
 
@@ -1091,6 +1209,7 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
         fatal("%s holds a different model shape than -e gave; resume with the same model", mp);
     size_t n = model->num_params, ns = model->zl.shard_elems;
     upload_params(model->params, params, n);
+    gpt2_fp8_weights(model);
     TrainState s;
     memset(&s, 0, sizeof s);
     s.world_size = model->world;
@@ -1301,10 +1420,10 @@ int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 1024);
     int recompute = 1, flash = FLASH_DEFAULT, master_weights = 1, zero_stage = 0, fuse_gelu = 1, profile = 0;
-    int prefetch = 1, tf32 = 0, log_gpu = -1, offload = 0, cuda_graph = 0;
+    int prefetch = 1, tf32 = 0, log_gpu = -1, offload = 0, cuda_graph = 0, fp8 = 0;
     int deterministic = DETERMINISTIC_DEFAULT;
-    const char *comm_name = "nccl", *max_memory_text = "", *optimizer_state = "fp32";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 21];
+    const char *comm_name = "nccl", *max_memory_text = "", *optimizer_state = "fp32", *fp8_layers_text = "all";
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 23];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute,
@@ -1353,6 +1472,12 @@ int main(int argc, char **argv) {
                                "1: each training micro-step (forward, loss, backward) and each update (norm, "
                                "clip, AdamW) replayed from a CUDA graph (fewer launches: for small batches and "
                                "models; one rank), 0: launched kernel by kernel");
+    specs[nspecs++] = arg_spec(NULL, "--fp8", ARG_INT, &fp8,
+                               "1: the linear layers' matmuls in FP8 (E4M3 weights and inputs, E5M2 gradients, "
+                               "per-tensor current scaling; bf16 build, Hopper), 0: in bf16");
+    specs[nspecs++] = arg_spec(NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text,
+                               "with --fp8 1, which linear layers: all, blocks (the four of every block), or head "
+                               "(the lm_head)");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile,
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
@@ -1397,6 +1522,7 @@ int main(int argc, char **argv) {
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1, got %d", cuda_graph);
     if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "
                                      "inside the step; use one or the other");
+    const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text);
     if (cuda_graph && pg.world > 1)
         fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
               "--cuda-graph 0", pg.world);
@@ -1415,6 +1541,7 @@ int main(int argc, char **argv) {
     model.moments_bf16 = moments_bf16;
     model.offload = offload;
     model.graph = cuda_graph;
+    model.fp8 = fp8_layers;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use --flash-attention 0",
@@ -1425,7 +1552,7 @@ int main(int argc, char **argv) {
     const char *bad = gpt2_setup_layout(&model, gpt2_shard_world(&model));
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0", zero_stage,
                    pg.world, bad, cfg.channels);
-    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic};
+    const PlanSettings plan = {cfg, T, master_weights, flash, deterministic, fp8_layers};
     // (before the data is read: -d -1 is resolved there, to B*T*ranks)
     const long tokens_per_step = o.total_batch == -1 ? (long)B * T * pg.world : o.total_batch;
     const MemorySetting setting = {B,  recompute, pg.world, model.zero_stage, tokens_per_step, T, moments_bf16,
@@ -1491,6 +1618,11 @@ int main(int argc, char **argv) {
         if (!deterministic)
             printf("matmuls: %d shapes timed over cuBLASLt's candidates, %d of them faster than its first choice\n",
                    g_tuned_shapes, g_tuned_changed);
+        if (fp8_layers)
+            printf("fp8: %s in FP8 (E4M3 weights and inputs, E5M2 gradients, current scaling), their copies and "
+                   "buffers %.0f MiB\n", fp8_layers == FP8_LAYERS_ALL ? "every linear layer" :
+                   fp8_layers == FP8_LAYERS_BLOCKS ? "the blocks' linear layers" : "the lm_head",
+                   fp8_plan_bytes(&cfg, fp8_layers, (size_t)B * T) * mib);
     }
 
     uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);

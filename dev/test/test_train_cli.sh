@@ -118,6 +118,12 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "--offload 2 counts its staging buffers" "this run needs 13.82 GiB" -e d48 -b 4 -r 1 -t 1024 \
         -d 524288 --offload 2 --max-device-memory 13.75G
     expect_error "--cuda-graph out of range" "--cuda-graph must be 0 or 1" $SMALL --cuda-graph 2
+    expect_error "--fp8 out of range" "--fp8 must be 0 or 1" $SMALL --fp8 2
+    expect_error "--fp8-layers unknown" "--fp8-layers must be all, blocks or head, got 'mlp'" $SMALL --fp8 1 \
+        --fp8-layers mlp
+    # FP8 adds its weight copies (2 bytes a matmul weight) and three operand buffers to the plan
+    expect_error "--fp8 1 counts its copies and buffers" "this run needs 23.83 GiB" -e d12 -b 64 -t 1024 \
+        -d 524288 --fp8 1 --max-device-memory 23.5G
     expect_error "--cuda-graph with --profile" "use one or the other" $SMALL --cuda-graph 1 --profile 1
     expect_error "13 GiB: whole-block recomputation keeps B=64" "-r 3: 12.09 GiB" -e d12 -b 64 -t 1024 -d 524288 \
         --max-device-memory 13G

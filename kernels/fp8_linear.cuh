@@ -1,0 +1,161 @@
+// kernels/fp8_linear.cuh: linear layers with FP8 matmuls (--fp8 1, bf16 build), built on
+// kernels/fp8.cuh. Each linear layer that runs in FP8 is a "site" (the four of every block,
+// the lm_head): it keeps its weight's FP8 copies, as stored and transposed, and the scales
+// of its three operands.
+//   forward:  out = x W^T + b          x, W in E4M3 (fast accumulation), out bf16
+//   backward: dx = g W                 g (the output's gradient) in E5M2, W^T in E4M3
+//             dW += g^T x              g^T in E5M2, x^T in E4M3, accumulated in bf16
+// Scaling is current: each operand's scale comes from its own amax, found by a pass over
+// the tensor just before its cast. That costs one read of each operand more than delayed
+// scaling (scales from earlier steps' amaxes), but a step depends on nothing but its own
+// tensors: nothing to keep in the checkpoint, resume is bit-exact as it is without FP8, and
+// the first step is scaled as well as the thousandth. The weights are cast once per
+// update (fp8_linear_weight), not per micro-step.
+// Forward and backward run over row chunks of at most `cap` bytes of codes per operand, so
+// no operand needs a buffer of its size (the lm_head's gradient is N x 50304): the trainer
+// gives the three buffers N x C bytes each (at least 64 rows of the widest operand), and
+// the wider operands go in 4 or more chunks.
+// Bias gradients, GELU and its derivative stay in bf16 (kernels/matmul.cuh, gelu.cuh).
+#pragma once
+#include "fp8.cuh"
+
+enum { FP8_OP_W, FP8_OP_X, FP8_OP_G, FP8_OPS };  // weight, input, output gradient
+// per site and operand, in device memory: the scale, its dequantization factor, the amax
+enum { FP8_SCALE, FP8_DEQ, FP8_AMAX, FP8_SLOTS };
+
+typedef struct {
+    int nsites;
+    int *oc, *c;        // host: each site's weight shape (OC x C)
+    size_t *w_off;      // host: each site's weight codes in `weights` (then its transpose)
+    uint8_t *weights;   // device: per site W (OC x C) then W^T (C x OC), E4M3
+    float *scalars;     // device: [site][operand][slot]
+    uint8_t *buf[3];    // device: codes of one operand chunk each
+    size_t cap;         // bytes of each buffer
+} Fp8Linear;
+
+// bytes of a site's two weight copies, rounded up so that every site's start 256-byte aligned
+static size_t fp8_site_bytes(int oc, int c) { return (2 * (size_t)oc * c + 255) / 256 * 256; }
+
+// device bytes of the FP8 state for sites of these shapes and buffers of cap bytes
+static size_t fp8_linear_bytes(int nsites, const int *oc, const int *c, size_t cap) {
+    size_t w = 0;
+    for (int i = 0; i < nsites; i++) w += fp8_site_bytes(oc[i], c[i]);
+    return w + 3 * cap + (size_t)nsites * FP8_OPS * FP8_SLOTS * sizeof(float);
+}
+
+static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *c, size_t cap) {
+    f->nsites = nsites;
+    f->oc = (int *)xmalloc(nsites * sizeof(int));
+    f->c = (int *)xmalloc(nsites * sizeof(int));
+    f->w_off = (size_t *)xmalloc(nsites * sizeof(size_t));
+    size_t w = 0;
+    for (int i = 0; i < nsites; i++) {
+        f->oc[i] = oc[i];
+        f->c[i] = c[i];
+        f->w_off[i] = w;
+        w += fp8_site_bytes(oc[i], c[i]);
+    }
+    CUDA_CHECK(cudaMalloc(&f->weights, w));
+    size_t ns = (size_t)nsites * FP8_OPS * FP8_SLOTS;
+    float *h = (float *)xmalloc(ns * sizeof(float));
+    for (size_t i = 0; i < ns; i++) h[i] = i % FP8_SLOTS == FP8_AMAX ? 0.0f : 1.0f;  // scale 1 until an amax
+    CUDA_CHECK(cudaMalloc(&f->scalars, ns * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(f->scalars, h, ns * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+    f->cap = cap;
+    for (int i = 0; i < 3; i++) CUDA_CHECK(cudaMalloc(&f->buf[i], cap));
+}
+
+static void fp8_linear_free(Fp8Linear *f) {
+    if (!f->nsites) return;
+    cudaFree(f->weights);
+    cudaFree(f->scalars);
+    for (int i = 0; i < 3; i++) cudaFree(f->buf[i]);
+    free(f->oc);
+    free(f->c);
+    free(f->w_off);
+    memset(f, 0, sizeof *f);
+}
+
+static float *fp8_slot(const Fp8Linear *f, int site, int op, int slot) {
+    return f->scalars + ((size_t)site * FP8_OPS + op) * FP8_SLOTS + slot;
+}
+
+// The operand's scale from the amax of x (n elements): zero the amax, reduce it, update
+static void fp8_scale_for(const Fp8Linear *f, int site, int op, const floatX *x, size_t n, Fp8Format fmt,
+                          cudaStream_t s) {
+    float *amax = fp8_slot(f, site, op, FP8_AMAX);
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
+    fp8_quantize(NULL, amax, x, NULL, n, fmt, s);
+    fp8_update_scale(fp8_slot(f, site, op, FP8_SCALE), fp8_slot(f, site, op, FP8_DEQ), amax, 1, fmt, 0, s);
+}
+
+// Rows of an operand `width` codes wide that fit a buffer: all N, or a multiple of 16
+static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) {
+    size_t fit = f->cap / (size_t)width;
+    return fit >= (size_t)N ? N : (int)(fit / 16 * 16);
+}
+
+// Whether the site can run in FP8 at N rows: cuBLASLt's FP8 kernels need every dimension a
+// multiple of 16, and a chunk at least 16 rows (the caller falls back to bf16 where not,
+// forward and backward alike)
+static int fp8_linear_fits(const Fp8Linear *f, int site, int N) {
+    int OC = f->oc[site], C = f->c[site];
+    return N % 16 == 0 && OC % 16 == 0 && C % 16 == 0 && fp8_chunk_rows(f, OC > C ? OC : C, N) >= 16;
+}
+
+// The site's weight W (OC x C, bf16) to its FP8 copies, after every change of the weights
+static void fp8_linear_weight(Fp8Linear *f, int site, const floatX *W, cudaStream_t s) {
+    int OC = f->oc[site], C = f->c[site];
+    uint8_t *w = f->weights + f->w_off[site], *wt = w + (size_t)OC * C;
+    const float *scale = fp8_slot(f, site, FP8_OP_W, FP8_SCALE);
+    fp8_scale_for(f, site, FP8_OP_W, W, (size_t)OC * C, FP8_E4M3, s);
+    fp8_quantize(w, NULL, W, scale, (size_t)OC * C, FP8_E4M3, s);
+    fp8_quantize_transpose(wt, NULL, W, scale, OC, C, FP8_E4M3, s);
+}
+
+// out (N, OC) = inp (N, C) W^T + bias [GELU: pre_gelu = that, out = gelu(pre_gelu)]
+static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
+                               const floatX *bias, int N, cudaStream_t s) {
+    int OC = f->oc[site], C = f->c[site];
+    const uint8_t *w = f->weights + f->w_off[site];
+    fp8_scale_for(f, site, FP8_OP_X, inp, (size_t)N * C, FP8_E4M3, s);
+    floatX *dst = pre_gelu ? pre_gelu : out;
+    const int R = fp8_chunk_rows(f, C, N);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        int rows = N - r0 < R ? N - r0 : R;
+        fp8_quantize(f->buf[0], NULL, inp + (size_t)r0 * C, fp8_slot(f, site, FP8_OP_X, FP8_SCALE), (size_t)rows * C,
+                     FP8_E4M3, s);
+        // out rows (col-major OC x rows) = (W: OC rows of C)^T-op times x rows
+        matmul_fp8(dst + (size_t)r0 * OC, w, FP8_E4M3, fp8_slot(f, site, FP8_OP_W, FP8_DEQ), f->buf[0], FP8_E4M3,
+                   fp8_slot(f, site, FP8_OP_X, FP8_DEQ), bias, OC, rows, C, C, C, OC, 0.0f, 1, s);
+    }
+    if (pre_gelu) gelu_forward(out, pre_gelu, (long)N * OC, s);
+}
+
+// dinp (N, C) = dout (N, OC) W [* gelu'(pre_gelu)], written; dweight (OC, C) += dout^T inp.
+// inp must be the tensor of the site's last forward (its scale is that forward's).
+static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dweight, const floatX *dout,
+                                const floatX *inp, const floatX *pre_gelu, int N, cudaStream_t s) {
+    int OC = f->oc[site], C = f->c[site];
+    const uint8_t *wt = f->weights + f->w_off[site] + (size_t)OC * C;
+    const float *g_scale = fp8_slot(f, site, FP8_OP_G, FP8_SCALE), *x_scale = fp8_slot(f, site, FP8_OP_X, FP8_SCALE);
+    const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *g_deq = fp8_slot(f, site, FP8_OP_G, FP8_DEQ);
+    const float *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
+    fp8_scale_for(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
+    const int R = fp8_chunk_rows(f, OC > C ? OC : C, N);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        int rows = N - r0 < R ? N - r0 : R;
+        const floatX *g = dout + (size_t)r0 * OC;
+        fp8_quantize(f->buf[0], NULL, g, g_scale, (size_t)rows * OC, FP8_E5M2, s);         // g rows
+        fp8_quantize_transpose(f->buf[1], NULL, g, g_scale, rows, OC, FP8_E5M2, s);      // g^T (OC x rows)
+        fp8_quantize_transpose(f->buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);  // x^T
+        // dinp rows (col-major C x rows) = (W^T as C rows of OC)^T-op times g rows
+        matmul_fp8(dinp + (size_t)r0 * C, wt, FP8_E4M3, w_deq, f->buf[0], FP8_E5M2, g_deq, NULL, C, rows, OC, OC,
+                   OC, C, 0.0f, 0, s);
+        // dweight (col-major C x OC) += (x^T: C rows of `rows`) with (g^T: OC rows of `rows`)
+        matmul_fp8(dweight, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows, rows, C,
+                   1.0f, 0, s);
+    }
+    if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
+}
