@@ -50,6 +50,8 @@ poll_stop() {
     awk -F', *' '$2 + 0 > m { m = $2 + 0 } END { print m + 0 }' "$1"
 }
 field() { grep -oE "$2" "$1" | head -1 | grep -oE '[0-9.]+' | head -1; }
+# shellcheck source=scripts/study_lib.sh
+. scripts/study_lib.sh
 
 # ours MODEL ROW TECHNIQUE RANKS STEPS FLAGS...: one run of train_gpt2cu, one line in rows.tsv
 ours() {
@@ -72,12 +74,8 @@ ours() {
     local rc=$?
     local smi peak host tps mfu jps
     smi=$(poll_stop "$OUT/poll.txt")
-    peak=$(field "$log" 'used at peak[^:]*: [0-9]+ MiB')
+    IFS=$'\t' read -r _ tps mfu jps peak _ <<< "$(run_summary "$log")"
     host=$(field "$log" 'host memory at peak[^:]*: [0-9]+ MiB')
-    tps=$(grep -oE 'mean over steps [^:]*: [0-9.]+ ms/step, [0-9]+ tok/s, MFU [0-9.]+%' "$log" | head -1)
-    mfu=$(echo "$tps" | grep -oE 'MFU [0-9.]+' | awk '{print $2}')
-    tps=$(echo "$tps" | grep -oE '[0-9]+ tok/s' | awk '{print $1}')
-    jps=$(field "$log" '[0-9.]+ J/step')
     [ "$ranks" -gt 1 ] && { peak="-"; tps="-"; mfu="-"; jps="-"; }  # the GPU is shared: nvidia-smi's per process
     local budget
     budget=$(echo "$*" | grep -oE -- '--max-device-memory [0-9]+G' | awk '{print $2}')

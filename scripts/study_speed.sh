@@ -38,7 +38,8 @@ export PYTHONUNBUFFERED=1
 SHARDS="$DATA/tiny_shakespeare_train_*.bin"
 TR="-i $SHARDS -j $SHARDS -v 0 -s 0 -n 0 -l 1e-4 -x $STEPS"
 
-field() { grep -oE "$2" "$1" | head -1 | grep -oE '[0-9.]+' | head -1; }
+# shellcheck source=scripts/study_lib.sh
+. scripts/study_lib.sh
 
 # ours ROW BUILD_SUFFIX B T FLAGS...: one train_gpt2cu run, one line in rows.tsv
 ours() {
@@ -47,17 +48,9 @@ ours() {
     local log="$OUT/ours_$row.log"
     # shellcheck disable=SC2086  # word lists
     timeout 300 "$BIN/train_gpt2cu$sfx" -e d12 $TR -b "$b" -t "$t" -d $((b * t)) "$@" > "$log" 2>&1
-    local rc=$? mean ms tps mfu jps peak stall
-    mean=$(grep -oE 'mean over steps [^:]*: [0-9.]+ ms/step, [0-9]+ tok/s, MFU [0-9.]+%' "$log" | head -1)
-    ms=$(echo "$mean" | grep -oE '[0-9.]+ ms/step' | awk '{print $1}')
-    tps=$(echo "$mean" | grep -oE '[0-9]+ tok/s' | awk '{print $1}')
-    mfu=$(echo "$mean" | grep -oE 'MFU [0-9.]+' | awk '{print $2}')
-    jps=$(field "$log" '[0-9.]+ J/step')
-    peak=$(field "$log" 'used at peak[^:]*: [0-9]+ MiB')
-    stall=$(grep -oE 'data: [0-9.]+ ms per step' "$log" | head -1 | awk '{print $2}')
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' ours "$row" "${ms:--}" "${tps:--}" "${mfu:--}" "${jps:--}" \
-        "${peak:--}" "${stall:--}" "rc=$rc $sfx -b $b -t $t $*" >> "$ROWS"
-    echo "ours $row: rc $rc, ${ms:--} ms/step, ${tps:--} tok/s"
+    local rc=$?
+    printf '%s\t%s\t%s\t%s\n' ours "$row" "$(run_summary "$log")" "rc=$rc $sfx -b $b -t $t $*" >> "$ROWS"
+    echo "ours $row: rc $rc, $(tail -1 "$ROWS" | cut -f3-4)"
 }
 
 # torch ROW ARGS...: one dev/train_gpt2_torch.py run
