@@ -232,5 +232,10 @@ build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) common/energy.h  ## cuBLAS
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
 
+build/bench_fp8: kernels/fp8_linear.cuh common/energy.h
+build/bench_fp8: dev/bench_fp8.cu $(FP8_CUH)  ## FP8 vs bf16, each matmul of a step: ms, J, floor (GPU, bf16)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_fp8.cu $(NVCC_LIBS)
+
 clean:  ## remove build outputs (keeps data/)
 	rm -rf build train_gpt2 test_gpt2 prepro train_gpt2cu test_gpt2cu

@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
 #endif
     float grad_tol = 0.0f;
     int fuse_gelu = 1, recompute = 0, flash = FLASH_DEFAULT, deterministic = DETERMINISTIC_DEFAULT;
-    const char *optimizer_state = "fp32", *fp8_layers_text = "all";
+    const char *optimizer_state = "fp32", *fp8_layers_text = "all", *fp8_scaling_text = "current";
     int offload = 0, cuda_graph = 0, fp8 = 0;
     const float build_tols[3] = {logits_tol, loss_tol, step_tol};
     ArgSpec specs[] = {
@@ -95,6 +95,9 @@ int main(int argc, char **argv) {
          "1: the AdamW steps' micro-steps and updates replayed from CUDA graphs"},
         {NULL, "--fp8", ARG_INT, &fp8, "1: the linear layers in FP8, with FP8's tolerances (bf16 build)"},
         {NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text, "with --fp8 1: all, blocks or head"},
+        {NULL, "--fp8-scaling", ARG_STRING, &fp8_scaling_text,
+         "with --fp8 1: current or delayed (the gradient check scales itself either way; delayed scaling "
+         "takes over from the second AdamW step)"},
     };
     args_parse(argc, argv, specs, (int)(sizeof specs / sizeof specs[0]),
                "usage: test_gpt2cu [options]\n\nCompares train_gpt2.cu (" PRECISION_NAME
@@ -136,6 +139,7 @@ int main(int argc, char **argv) {
     model.offload = offload;
     model.graph = cuda_graph;
     model.fp8 = fp8_layers;
+    model.fp8_delayed = fp8_delayed_arg(fp8_scaling_text);
     gpt2_build(&model, host_params, B, T, recompute, 1, flash);
     if (!deterministic) gpt2_tune_matmuls(&model);  // the tuned matmul algorithms are under test too
     free(host_params);

@@ -564,6 +564,8 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
     s.n = model->num_params;
     s.m = model->m;
     s.v = model->v;
+    s.fp8_n = 0;  // the GPU trainer's --fp8 state; none here
+    s.fp8 = NULL;
     train_state_write(sp, &s);
 }
 
@@ -585,6 +587,7 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     s.m = model->m;
     s.v = model->v;
     train_state_read(sp, &s);
+    free(s.fp8);  // a GPU run's FP8 scaling state: nothing here uses it
     train_state_resume(&s, loader, run, rng);
     if (s.has_ext) run_settings_report(s.settings, run->settings);
     logger_truncate(dir, s.log_bytes, s.json_bytes);

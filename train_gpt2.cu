@@ -168,6 +168,7 @@ typedef struct {
     StepGraph update_graph;                     // --cuda-graph 1: norm, clip and AdamW (one rank, not staged)
     AdamWStepBuf adamw_step;                    // the update's per-step values, read on the device
     int fp8;                                    // FP8_LAYERS_*: the linear layers in FP8 (set before gpt2_build)
+    int fp8_delayed;                            // 1: their delayed scaling (set before gpt2_build)
     Fp8Linear f8;                               // their FP8 weights, scales and operand buffers
     Activations acts;
     size_t act_bytes, scratch_bytes;
@@ -206,6 +207,13 @@ static int fp8_layers_arg(int fp8, const char *layers) {
         fatal("--fp8 1: FP8 matmuls are in the bf16 build (make PRECISION=BF16); this is the %s build",
               PRECISION_NAME);
     return fp8 ? mask : 0;
+}
+
+// --fp8-scaling: 1 for delayed scaling, 0 for current (kernels/fp8_linear.cuh)
+static int fp8_delayed_arg(const char *text) {
+    if (strcmp(text, "current") != 0 && strcmp(text, "delayed") != 0)
+        fatal("--fp8-scaling must be current or delayed, got '%s'", text);
+    return strcmp(text, "delayed") == 0;
 }
 
 // The sites' weight shapes (OC x C; 0 x 0 for a layer not in FP8); returns their count
@@ -571,7 +579,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         int *cc = (int *)xmalloc(n * sizeof(int));
         fp8_site_shapes(c, model->fp8, oc, cc);
         size_t cap = fp8_buffer_bytes(c, (size_t)B * T);
-        fp8_linear_init(&model->f8, n, oc, cc, cap);
+        fp8_linear_init(&model->f8, n, oc, cc, cap, model->fp8_delayed);
         model->scratch_bytes += fp8_linear_bytes(n, oc, cc, cap);
         free(oc);
         free(cc);
@@ -949,12 +957,14 @@ static void gpt2_micro_step(GPT2 *model, int B, int T, float loss_scale) {
         return;
     }
     // what the launches bake in: the shape, the loss scale the gradients are computed with,
-    // and GELU's fusion (switched off for good when a shape finds no fused epilogue)
+    // GELU's fusion (switched off for good when a shape finds no fused epilogue), and
+    // whether FP8's delayed scaling has a history yet (before it, each cast scales itself)
     struct {
         int B, T;
         float loss_scale, S;
-        int fuse_gelu;
-    } key = {B, T, loss_scale, model->inject_overflow ? INFINITY : model->scaler.scale, g_fuse_gelu};
+        int fuse_gelu, fp8_rolled;
+    } key = {B, T, loss_scale, model->inject_overflow ? INFINITY : model->scaler.scale, g_fuse_gelu,
+             model->f8.rolled};
     step_graph_run(&model->step_graph, model->stream, &key, sizeof key, micro_step_launches, &m);
 }
 
@@ -1083,6 +1093,7 @@ static void update_launches(void *ctx) {
         gpt2_adamw_range(ctx, 0, model->zl.shard_elems, model->master, model->m, model->v);
     // on one rank the parameters are final here, so the FP8 casts join the update's graph
     if (model->zl.world == 1) gpt2_fp8_weights(model);
+    if (model->fp8) fp8_linear_roll(&model->f8, s);  // the step's amaxes into the histories (delayed)
 }
 
 // One optimizer step (t counts from 1). The loss of the step must already be in
@@ -1105,6 +1116,7 @@ static void gpt2_update(GPT2 *model, const AdamWConfig *h, int t) {
         update_launches(&r);
         model->update_warm = 1;
     }
+    if (model->fp8 && model->f8.delayed) model->f8.rolled = 1;
     prof_end(PH_UPDATE, s);
     if (model->zl.world > 1) {  // every rank's updated chunks to every rank
         comm_after_compute(model);
@@ -1189,12 +1201,16 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
         s.master = host;  // reuse the buffer
         CUDA_CHECK(cudaMemcpy(s.master, model->master, ns * sizeof(float), cudaMemcpyDefault));
     }
+    s.fp8_n = model->fp8 ? (int)fp8_linear_state_floats(&model->f8) : 0;
+    s.fp8 = s.fp8_n ? (float *)xmalloc((size_t)s.fp8_n * sizeof(float)) : NULL;
+    if (s.fp8_n) fp8_linear_state_get(&model->f8, s.fp8, model->stream);
     // rank 0's state file marks the checkpoint complete, so it is written after the others'
     if (shard_rank != 0) train_state_write(sp, &s);
     gpt2_barrier(model);
     if (model->rank == 0) train_state_write(sp, &s);
     free(s.m);
     free(s.v);
+    free(s.fp8);
     free(host);
 }
 
@@ -1233,6 +1249,12 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
         model->scaler.scale = s.loss_scale;
         model->scaler.good_steps = s.loss_scale_good_steps;
     }
+    size_t want_fp8 = model->fp8 ? fp8_linear_state_floats(&model->f8) : 0;
+    if (want_fp8 && (size_t)s.fp8_n == want_fp8) fp8_linear_state_set(&model->f8, s.fp8);
+    else if (want_fp8 && model->rank == 0)
+        printf("note: %s holds no FP8 scaling state of this run's layers; the first step scales itself, so the run "
+               "continues close to, not bit for bit as, the one that wrote it\n", sp);
+    free(s.fp8);
     free(s.m);
     free(s.v);
     free(params);
@@ -1423,7 +1445,8 @@ int main(int argc, char **argv) {
     int prefetch = 1, tf32 = 0, log_gpu = -1, offload = 0, cuda_graph = 0, fp8 = 0;
     int deterministic = DETERMINISTIC_DEFAULT;
     const char *comm_name = "nccl", *max_memory_text = "", *optimizer_state = "fp32", *fp8_layers_text = "all";
-    ArgSpec specs[TRAIN_OPTIONS_COUNT + 23];
+    const char *fp8_scaling_text = "current";
+    ArgSpec specs[TRAIN_OPTIONS_COUNT + 24];
     int nspecs = train_options_specs(&o, specs);
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute,
@@ -1478,6 +1501,10 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec(NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text,
                                "with --fp8 1, which linear layers: all, blocks (the four of every block), or head "
                                "(the lm_head)");
+    specs[nspecs++] = arg_spec(NULL, "--fp8-scaling", ARG_STRING, &fp8_scaling_text,
+                               "with --fp8 1, the inputs' and gradients' scales: current (each tensor's own amax, "
+                               "one more pass over it) or delayed (the last 16 steps' amaxes, kept in the "
+                               "checkpoint; one rank)");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile,
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
@@ -1522,7 +1549,10 @@ int main(int argc, char **argv) {
     if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1, got %d", cuda_graph);
     if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "
                                      "inside the step; use one or the other");
-    const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text);
+    const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text), fp8_delayed = fp8_delayed_arg(fp8_scaling_text);
+    if (fp8_layers && fp8_delayed && pg.world > 1)
+        fatal("--fp8-scaling delayed runs on one rank (each rank's amax histories would differ, and one state file "
+              "holds rank 0's); %d ranks: use --fp8-scaling current", pg.world);
     if (cuda_graph && pg.world > 1)
         fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
               "--cuda-graph 0", pg.world);
@@ -1542,6 +1572,7 @@ int main(int argc, char **argv) {
     model.offload = offload;
     model.graph = cuda_graph;
     model.fp8 = fp8_layers;
+    model.fp8_delayed = fp8_delayed;
     if (flash == FLASH_AUTO) flash = flash_supported(&cfg);
     if (flash && !flash_supported(&cfg))
         fatal("-e %s: flash attention supports head sizes 64 and 128, this model's is %d; use --flash-attention 0",
@@ -1619,10 +1650,10 @@ int main(int argc, char **argv) {
             printf("matmuls: %d shapes timed over cuBLASLt's candidates, %d of them faster than its first choice\n",
                    g_tuned_shapes, g_tuned_changed);
         if (fp8_layers)
-            printf("fp8: %s in FP8 (E4M3 weights and inputs, E5M2 gradients, current scaling), their copies and "
+            printf("fp8: %s in FP8 (E4M3 weights and inputs, E5M2 gradients, %s scaling), their copies and "
                    "buffers %.0f MiB\n", fp8_layers == FP8_LAYERS_ALL ? "every linear layer" :
                    fp8_layers == FP8_LAYERS_BLOCKS ? "the blocks' linear layers" : "the lm_head",
-                   fp8_plan_bytes(&cfg, fp8_layers, (size_t)B * T) * mib);
+                   fp8_delayed ? "delayed" : "current", fp8_plan_bytes(&cfg, fp8_layers, (size_t)B * T) * mib);
     }
 
     uint64_t rng = rng_seed((uint64_t)o.seed ^ 0x5eedULL);

@@ -15,9 +15,9 @@
 #define CKPT_VERSION_BF16 5
 #define DEBUG_STATE_MAGIC 20240327
 #define STATE_MAGIC 20241202
-// version 2 always carries the checksum and the fields [13..31], [64]; version 1 (older
-// writers) has neither and is still read
-#define STATE_VERSION 2
+// version 2 and up always carry the checksum and the fields [13..31], [64]; version 1 (older
+// writers) has neither and is still read; version 3 adds the FP8 scaling state
+#define STATE_VERSION 3
 #define HEADER_INTS 256
 #define NUM_PARAM_TENSORS 16
 
@@ -417,9 +417,11 @@ static inline void debug_state_free(DebugState *d) {
 //   [64]=updates skipped in all (AdamW's step count is the step less these)
 //   [65..66]=values held in the loss and gradient-norm windows of -sl / -sg (common/outlier.h)
 //   [67..68]=bytes of metrics.jsonl at this step (int64)
+//   [69]=floats of the FP8 scaling state at the end (version 3; 0 without --fp8 delayed scaling)
 //   [250..251]=checksum tag and CRC-32C (files without the tag: [13..31] unrecorded)
-// then m[n], v[n] (fp32 AdamW moments), if has_master master[n] (fp32 weights), and in
-// version 2 the two windows, OUTLIER_WINDOW floats each (loss, then norm; oldest first).
+// then m[n], v[n] (fp32 AdamW moments), if has_master master[n] (fp32 weights), from
+// version 2 the two windows, OUTLIER_WINDOW floats each (loss, then norm; oldest first),
+// and in version 3 the FP8 scaling state ([69] floats, the GPU trainer's to read).
 // n is this rank's number of optimizer elements (a shard under ZeRO).
 
 #define STATE_LOADER_POS_MAX 128
@@ -441,11 +443,19 @@ typedef struct {
     uint32_t model_crc;   // checksum of model_<step>.bin, which this state belongs to
     int32_t settings[STATE_SETTINGS];
     RecentValues recent_loss, recent_norm;  // -sl / -sg's windows
+    // --fp8's delayed scaling (amax histories, scales): fp8_n floats; written when fp8_n > 0,
+    // read into a buffer train_state_read allocates (NULL, 0 when the file has none)
+    int fp8_n;
+    float *fp8;
 } TrainState;
 
-// Bytes of a state file of n elements: version 1 has no windows.
-static inline int64_t train_state_bytes(int version, int64_t n, int has_master) {
-    return HEADER_INTS * 4 + (int64_t)4 * n * (has_master ? 3 : 2) + (version >= 2 ? 4 * 2 * OUTLIER_WINDOW : 0);
+// The most FP8 scaling floats a state may hold (a sanity bound on header slot 69)
+#define STATE_FP8_MAX (1 << 24)
+
+// Bytes of a state file of n elements: version 1 has no windows, versions 1-2 no FP8 state.
+static inline int64_t train_state_bytes(int version, int64_t n, int has_master, int fp8_n) {
+    return HEADER_INTS * 4 + (int64_t)4 * n * (has_master ? 3 : 2) + (version >= 2 ? 4 * 2 * OUTLIER_WINDOW : 0) +
+           (version >= 3 ? (int64_t)4 * fp8_n : 0);
 }
 
 static inline void train_state_write(const char *path, const TrainState *s) {
@@ -473,6 +483,7 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     h[65] = s->recent_loss.count;
     h[66] = s->recent_norm.count;
     memcpy(&h[67], &s->json_bytes, 8);
+    h[69] = s->fp8_n;
     ChecksummedWriter w;
     cw_open(&w, path, h);
     cw_write(&w, s->m, sizeof(float), s->n);
@@ -480,6 +491,7 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     if (s->master) cw_write(&w, s->master, sizeof(float), s->n);
     cw_write(&w, s->recent_loss.values, sizeof(float), OUTLIER_WINDOW);
     cw_write(&w, s->recent_norm.values, sizeof(float), OUTLIER_WINDOW);
+    if (s->fp8_n > 0) cw_write(&w, s->fp8, sizeof(float), (size_t)s->fp8_n);
     cw_commit(&w);
 }
 
@@ -496,20 +508,22 @@ static inline const char *train_state_header_problem(const char *path, int expec
     memcpy(&n, &h[8], 8);
     if (got != HEADER_INTS) snprintf(why, cap, "not a regular file of at least the 1024-byte header");
     else if (h[0] != STATE_MAGIC) snprintf(why, cap, "not a training state: magic %d, expected %d", h[0], STATE_MAGIC);
-    else if (h[1] != STATE_VERSION && h[1] != 1)
-        snprintf(why, cap, "training state version %d is not supported (1 or %d)", h[1], STATE_VERSION);
-    else if (h[1] == STATE_VERSION && h[CKSUM_TAG_SLOT] != CKSUM_TAG)
-        snprintf(why, cap, "the checksum tag of a version %d state is missing: the file is corrupt", STATE_VERSION);
+    else if (h[1] < 1 || h[1] > STATE_VERSION)
+        snprintf(why, cap, "training state version %d is not supported (1 to %d)", h[1], STATE_VERSION);
+    else if (h[1] >= 2 && h[CKSUM_TAG_SLOT] != CKSUM_TAG)
+        snprintf(why, cap, "the checksum tag of a version %d state is missing: the file is corrupt", h[1]);
     else if (h[2] < 0 || (expect_step >= 0 && h[2] != expect_step))
         snprintf(why, cap, "its header says step %d, its name step %d (a renamed file?)", h[2], expect_step);
     else if (n < 0 || n > ((int64_t)1 << 40) || h[6] < 0 || h[6] > STATE_LOADER_POS_MAX)
         snprintf(why, cap, "header holds impossible sizes");
     else if (h[1] >= 2 && (h[65] < 0 || h[65] > OUTLIER_WINDOW || h[66] < 0 || h[66] > OUTLIER_WINDOW))
         snprintf(why, cap, "header holds impossible outlier window counts");
-    else if ((int64_t)st.st_size != train_state_bytes(h[1], n, h[3]))
+    else if (h[1] >= 3 && (h[69] < 0 || h[69] > STATE_FP8_MAX))
+        snprintf(why, cap, "header holds an impossible FP8 state size (%d floats)", h[69]);
+    else if ((int64_t)st.st_size != train_state_bytes(h[1], n, h[3], h[1] >= 3 ? h[69] : 0))
         snprintf(why, cap, "%lld bytes, its header implies %lld%s", (long long)st.st_size,
-                 (long long)train_state_bytes(h[1], n, h[3]),
-                 (int64_t)st.st_size < train_state_bytes(h[1], n, h[3]) ? " (truncated)" : "");
+                 (long long)train_state_bytes(h[1], n, h[3], h[1] >= 3 ? h[69] : 0),
+                 (int64_t)st.st_size < train_state_bytes(h[1], n, h[3], h[1] >= 3 ? h[69] : 0) ? " (truncated)" : "");
     else return NULL;
     return why;
 }
@@ -546,6 +560,12 @@ static inline void train_state_read(const char *path, TrainState *s) {
         s->recent_loss.count = h[65];
         s->recent_norm.count = h[66];
     }
+    s->fp8_n = h[1] >= 3 ? h[69] : 0;
+    s->fp8 = NULL;
+    if (s->fp8_n > 0) {
+        s->fp8 = (float *)xmalloc((size_t)s->fp8_n * sizeof(float));
+        xfread(s->fp8, sizeof(float), (size_t)s->fp8_n, f, path);
+    }
     fclose(f);
     if (h[CKSUM_TAG_SLOT] == CKSUM_TAG) {
         int hz[HEADER_INTS];
@@ -559,6 +579,7 @@ static inline void train_state_read(const char *path, TrainState *s) {
             crc = crc32c_update(crc, s->recent_loss.values, sizeof s->recent_loss.values);
             crc = crc32c_update(crc, s->recent_norm.values, sizeof s->recent_norm.values);
         }
+        if (s->fp8_n > 0) crc = crc32c_update(crc, s->fp8, (size_t)s->fp8_n * sizeof(float));
         if (crc != (uint32_t)h[CKSUM_SLOT]) fatal("%s: checksum mismatch: the file is corrupt", path);
     }
     int64_t bad = first_non_finite(s->m, s->n);

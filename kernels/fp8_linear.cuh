@@ -5,12 +5,16 @@
 //   forward:  out = x W^T + b          x, W in E4M3 (fast accumulation), out bf16
 //   backward: dx = g W                 g (the output's gradient) in E5M2, W^T in E4M3
 //             dW += g^T x              g^T in E5M2, x^T in E4M3, accumulated in bf16
-// Scaling is current: each operand's scale comes from its own amax, found by a pass over
-// the tensor just before its cast. That costs one read of each operand more than delayed
-// scaling (scales from earlier steps' amaxes), but a step depends on nothing but its own
-// tensors: nothing to keep in the checkpoint, resume is bit-exact as it is without FP8, and
-// the first step is scaled as well as the thousandth. The weights are cast once per
-// update (fp8_linear_weight), not per micro-step.
+// Two scaling recipes for the inputs and gradients (the weights always take their own
+// amax, cast once per update by fp8_linear_weight):
+//   current: each operand's scale comes from its own amax, found by a pass over the tensor
+//     just before its cast. A step depends on nothing but its own tensors: nothing to keep
+//     in the checkpoint, and the first step is scaled as well as the thousandth.
+//   delayed: the scale comes from the largest amax of the last FP8_HISTORY steps, so the
+//     cast needs no pass before it and records this step's amax as it goes
+//     (fp8_linear_roll moves it into the history after each step). One read of each
+//     operand less; the histories join the checkpoint (fp8_linear_state_*). Until the
+//     first roll the step scales itself, as current scaling does.
 // Forward and backward run over row chunks of at most `cap` bytes of codes per operand, so
 // no operand needs a buffer of its size (the lm_head's gradient is N x 50304): the trainer
 // gives the three buffers N x C bytes each (at least 64 rows of the widest operand), and
@@ -23,7 +27,13 @@ enum { FP8_OP_W, FP8_OP_X, FP8_OP_G, FP8_OPS };  // weight, input, output gradie
 // per site and operand, in device memory: the scale, its dequantization factor, the amax
 enum { FP8_SCALE, FP8_DEQ, FP8_AMAX, FP8_SLOTS };
 
+#define FP8_HISTORY 16  // steps of amax history for delayed scaling
+
 typedef struct {
+    int delayed;        // 1: delayed scaling of inputs and gradients, 0: current
+    int rolled;         // host: the histories hold a step (delayed scaling applies from then on)
+    float *hist;        // device: [site][input, gradient][FP8_HISTORY] amaxes
+    int *pos;           // device: steps rolled into the histories
     int nsites;
     int *oc, *c;        // host: each site's weight shape (OC x C)
     size_t *w_off;      // host: each site's weight codes in `weights` (then its transpose)
@@ -40,10 +50,16 @@ static size_t fp8_site_bytes(int oc, int c) { return (2 * (size_t)oc * c + 255) 
 static size_t fp8_linear_bytes(int nsites, const int *oc, const int *c, size_t cap) {
     size_t w = 0;
     for (int i = 0; i < nsites; i++) w += fp8_site_bytes(oc[i], c[i]);
-    return w + 3 * cap + (size_t)nsites * FP8_OPS * FP8_SLOTS * sizeof(float);
+    return w + 3 * cap + (size_t)nsites * (FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) * sizeof(float) + sizeof(int);
 }
 
-static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *c, size_t cap) {
+static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *c, size_t cap, int delayed) {
+    f->delayed = delayed;
+    f->rolled = 0;
+    CUDA_CHECK(cudaMalloc(&f->hist, (size_t)nsites * 2 * FP8_HISTORY * sizeof(float)));
+    CUDA_CHECK(cudaMemset(f->hist, 0, (size_t)nsites * 2 * FP8_HISTORY * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&f->pos, sizeof(int)));
+    CUDA_CHECK(cudaMemset(f->pos, 0, sizeof(int)));
     f->nsites = nsites;
     f->oc = (int *)xmalloc(nsites * sizeof(int));
     f->c = (int *)xmalloc(nsites * sizeof(int));
@@ -70,6 +86,8 @@ static void fp8_linear_free(Fp8Linear *f) {
     if (!f->nsites) return;
     cudaFree(f->weights);
     cudaFree(f->scalars);
+    cudaFree(f->hist);
+    cudaFree(f->pos);
     for (int i = 0; i < 3; i++) cudaFree(f->buf[i]);
     free(f->oc);
     free(f->c);
@@ -90,10 +108,78 @@ static void fp8_scale_for(const Fp8Linear *f, int site, int op, const floatX *x,
     fp8_update_scale(fp8_slot(f, site, op, FP8_SCALE), fp8_slot(f, site, op, FP8_DEQ), amax, 1, fmt, 0, s);
 }
 
-// Rows of an operand `width` codes wide that fit a buffer: all N, or a multiple of 16
+// Before an input's or gradient's casts: the scale they use, and where the casts record
+// the amax (NULL: nowhere). Current scaling (and delayed before its first roll) scales
+// from the tensor itself; delayed keeps the history's scale and records this step's amax.
+static float *fp8_operand_scale(const Fp8Linear *f, int site, int op, const floatX *x, size_t n, Fp8Format fmt,
+                                cudaStream_t s) {
+    if (f->delayed && f->rolled) return fp8_slot(f, site, op, FP8_AMAX);
+    fp8_scale_for(f, site, op, x, n, fmt, s);
+    return NULL;
+}
+
+// Delayed scaling, after each training step: every input's and gradient's amax of the step
+// into its history, the amax back to 0, the scale from the history. One block; the slot
+// counter moves once every entry has read it.
+__global__ void fp8_roll_kernel(float *scalars, float *hist, int *pos, int nsites) {
+    const int p = *pos % FP8_HISTORY;
+    for (int i = threadIdx.x; i < 2 * nsites; i += blockDim.x) {
+        const int op = i % 2 ? FP8_OP_G : FP8_OP_X;
+        float *sl = scalars + ((size_t)(i / 2) * FP8_OPS + op) * FP8_SLOTS, *h = hist + (size_t)i * FP8_HISTORY;
+        h[p] = sl[FP8_AMAX];
+        sl[FP8_AMAX] = 0.0f;
+        float sc = fp8_scale_from_amax(fp8_amax_history_max(h, FP8_HISTORY),
+                                       op == FP8_OP_G ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0, sl[FP8_SCALE]);
+        sl[FP8_SCALE] = sc;
+        sl[FP8_DEQ] = fp8_dequant_factor(sc);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) *pos += 1;
+}
+
+// Enqueues the roll (delayed scaling only); the caller marks f->rolled once it is enqueued
+// for good (a CUDA graph replays it without this function running)
+static void fp8_linear_roll(const Fp8Linear *f, cudaStream_t s) {
+    if (!f->delayed) return;
+    fp8_roll_kernel<<<1, 512, 0, s>>>(f->scalars, f->hist, f->pos, f->nsites);
+    LAUNCH_CHECK();
+}
+
+// The delayed-scaling state as floats, for the checkpoint: the scalars, the histories, the
+// roll count and whether a roll happened (0 floats with current scaling, which keeps none)
+static size_t fp8_linear_state_floats(const Fp8Linear *f) {
+    return f->delayed ? (size_t)f->nsites * (FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) + 2 : 0;
+}
+
+static void fp8_linear_state_get(const Fp8Linear *f, float *out, cudaStream_t s) {
+    size_t ns = (size_t)f->nsites * FP8_OPS * FP8_SLOTS, nh = (size_t)f->nsites * 2 * FP8_HISTORY;
+    int pos;
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaMemcpy(out, f->scalars, ns * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(out + ns, f->hist, nh * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&pos, f->pos, sizeof(int), cudaMemcpyDeviceToHost));
+    out[ns + nh] = (float)(pos % FP8_HISTORY);  // only the slot matters, and it stays exact in a float
+    out[ns + nh + 1] = (float)f->rolled;
+}
+
+static void fp8_linear_state_set(Fp8Linear *f, const float *in) {
+    size_t ns = (size_t)f->nsites * FP8_OPS * FP8_SLOTS, nh = (size_t)f->nsites * 2 * FP8_HISTORY;
+    int pos = (int)in[ns + nh];
+    CUDA_CHECK(cudaMemcpy(f->scalars, in, ns * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(f->hist, in + ns, nh * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(f->pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
+    f->rolled = in[ns + nh + 1] != 0.0f;
+}
+
+// Rows per chunk of an operand `width` codes wide: all N where the buffer holds them, else
+// a multiple of 16 that fits, evened out over the chunks (no thin last chunk); 0: none fits
 static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) {
     size_t fit = f->cap / (size_t)width;
-    return fit >= (size_t)N ? N : (int)(fit / 16 * 16);
+    if (fit >= (size_t)N) return N;
+    int most = (int)(fit / 16 * 16);
+    if (most < 16) return 0;
+    int chunks = (N + most - 1) / most;
+    return ((N + chunks - 1) / chunks + 15) / 16 * 16;
 }
 
 // Whether the site can run in FP8 at N rows: cuBLASLt's FP8 kernels need every dimension a
@@ -119,12 +205,12 @@ static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_
                                const floatX *bias, int N, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
     const uint8_t *w = f->weights + f->w_off[site];
-    fp8_scale_for(f, site, FP8_OP_X, inp, (size_t)N * C, FP8_E4M3, s);
+    float *amax = fp8_operand_scale(f, site, FP8_OP_X, inp, (size_t)N * C, FP8_E4M3, s);
     floatX *dst = pre_gelu ? pre_gelu : out;
     const int R = fp8_chunk_rows(f, C, N);
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
-        fp8_quantize(f->buf[0], NULL, inp + (size_t)r0 * C, fp8_slot(f, site, FP8_OP_X, FP8_SCALE), (size_t)rows * C,
+        fp8_quantize(f->buf[0], amax, inp + (size_t)r0 * C, fp8_slot(f, site, FP8_OP_X, FP8_SCALE), (size_t)rows * C,
                      FP8_E4M3, s);
         // out rows (col-major OC x rows) = (W: OC rows of C)^T-op times x rows
         matmul_fp8(dst + (size_t)r0 * OC, w, FP8_E4M3, fp8_slot(f, site, FP8_OP_W, FP8_DEQ), f->buf[0], FP8_E4M3,
@@ -142,12 +228,12 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
     const float *g_scale = fp8_slot(f, site, FP8_OP_G, FP8_SCALE), *x_scale = fp8_slot(f, site, FP8_OP_X, FP8_SCALE);
     const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *g_deq = fp8_slot(f, site, FP8_OP_G, FP8_DEQ);
     const float *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
-    fp8_scale_for(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
+    float *amax = fp8_operand_scale(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
     const int R = fp8_chunk_rows(f, OC > C ? OC : C, N);
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
         const floatX *g = dout + (size_t)r0 * OC;
-        fp8_quantize(f->buf[0], NULL, g, g_scale, (size_t)rows * OC, FP8_E5M2, s);         // g rows
+        fp8_quantize(f->buf[0], amax, g, g_scale, (size_t)rows * OC, FP8_E5M2, s);         // g rows
         fp8_quantize_transpose(f->buf[1], NULL, g, g_scale, rows, OC, FP8_E5M2, s);      // g^T (OC x rows)
         fp8_quantize_transpose(f->buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);  // x^T
         // dinp rows (col-major C x rows) = (W^T as C rows of OC)^T-op times g rows

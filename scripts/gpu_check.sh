@@ -4,13 +4,14 @@
 # dist/gpu/bin) and the Tiny Shakespeare shards in $DATA (default dist/gpu/data):
 #   1. test_gpt2cu in bf16, fp32 and fp16 against fresh PyTorch references (dev/gpt2_ref.py)
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
-#      each in bf16 and fp16; --fp8 1 at each in bf16; --cuda-graph 1, --offload 1 (bf16
-#      moments), --offload 2 at d12; -r 1 and -r 2 --fuse-gelu 0 at d12 (not QUICK); test_fp8
-#      (the FP8 casts and matmuls)
+#      each in bf16 and fp16; --fp8 1 at each in bf16 (delayed scaling at d12); --cuda-graph 1,
+#      --offload 1 (bf16 moments), --offload 2 at d12; -r 1 and -r 2 --fuse-gelu 0 at d12 (not
+#      QUICK); test_fp8 (the FP8 casts and matmuls)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
 #   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1, with --fp8 1), a run repeated
 #      bit for bit, --prefetch 0 against 1, --offload 1 and 2 and --cuda-graph 1 against 0
-#      (bf16, fp16, fp32), --fp8 1 with graphs against without, FP8's loss near bf16's
+#      (bf16, fp16, fp32), --fp8 1 with graphs against without (both scalings), a resume
+#      with delayed scaling, FP8's loss near bf16's
 #   4. the fp16 loss scaler in training: forced overflows skip their step and halve the
 #      scale, clean steps double it, and both survive a resume
 #   5. the collectives: test_comm over NCCL at one rank, over MPI at two ranks on this GPU
@@ -130,7 +131,7 @@ for prec in bf16 fp32 fp16; do
     [ $prec != bf16 ] && exe=$BIN/test_gpt2cu_$prec
     for shape in small long d12; do
         for extra in "" "--deterministic 0" "--cuda-graph 1" "--offload 1 --optimizer-state bf16" \
-            "--offload 2" "--fp8 1" "-r 1" \
+            "--offload 2" "--fp8 1" "--fp8 1 --fp8-scaling delayed" "-r 1" \
             "-r 2 --fuse-gelu 0"; do
             # the atomic-dq backward is flash attention's (bf16, fp16): at every shape, QUICK too;
             # the graphed AdamW steps and the state in host memory at d12, QUICK too
@@ -138,6 +139,8 @@ for prec in bf16 fp32 fp16; do
                 [ $prec = fp32 ] && continue
             elif [ "$extra" = "--fp8 1" ]; then  # the bf16 build's, at every shape
                 [ $prec != bf16 ] && continue
+            elif [[ "$extra" == *delayed ]]; then
+                [ $prec != bf16 ] || [ $shape != d12 ] && continue
             elif [[ "$extra" == --cuda-graph* || "$extra" == --offload* ]]; then
                 [ $shape != d12 ] && continue
             elif [ -n "$extra" ]; then
@@ -239,6 +242,15 @@ resume_pair "" "bf16 --cuda-graph 1" _graph --cuda-graph 1
 # with graphs it computes the same launches; and after 20 steps its loss is near bf16's (a
 # loose bound against a broken layer: scripts/study_fp8.sh holds the curves to 1%)
 resume_pair "" "bf16 --fp8 1" _fp8 --fp8 1
+# delayed scaling: the amax histories travel in the state file, so this resume is bit-exact
+# only if they do; and graphs replay the roll of the histories as eager launches run it
+resume_pair "" "bf16 --fp8 1 --fp8-scaling delayed" _fp8d --fp8 1 --fp8-scaling delayed
+# shellcheck disable=SC2086
+run resume G_fp8d 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --fp8-scaling delayed --cuda-graph 1
+[ "$(steps A_fp8d | grep -c .)" = 20 ] && [ "$(steps A_fp8d)" = "$(steps G_fp8d)" ]
+verdict $? "--fp8-scaling delayed with --cuda-graph 1 and without: 20 steps bit-exact" \
+    "--fp8-scaling delayed with and without graphs: steps differ: $(failed A_fp8d G_fp8d)$(diff <(steps A_fp8d) \
+    <(steps G_fp8d) | head -3 | tr '\n' ' ')"
 # shellcheck disable=SC2086
 run resume G_fp8 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --cuda-graph 1
 [ "$(steps A_fp8 | grep -c .)" = 20 ] && [ "$(steps A_fp8)" = "$(steps G_fp8)" ]
@@ -248,7 +260,8 @@ verdict $? "--fp8 1 with --cuda-graph 1 and without: 20 steps bit-exact" \
 lb=$(col A 2 | tail -1)
 lf=$(col A_fp8 2 | tail -1)
 awk -v b="$lb" -v f="$lf" 'BEGIN { exit !(b > 0 && f > 0 && (f - b) / b < 0.05 && (b - f) / b < 0.05) }'
-verdict $? "--fp8 1: step 20's loss $lf, bf16's $lb (within 5%)" "--fp8 1: step 20's loss ${lf:-none}, bf16's ${lb:-none}"
+verdict $? "--fp8 1: step 20's loss $lf, bf16's $lb (within 5%)" \
+    "--fp8 1: step 20's loss ${lf:-none}, bf16's ${lb:-none}"
 
 section "4. fp16 loss scaler"
 # Steps 5 and 11 overflow (test hooks), and 5 clean steps in a row double the scale (a window

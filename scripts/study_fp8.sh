@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # scripts/study_fp8.sh: FP8 against bf16 on one binary (the bf16 build's --fp8; docs/fp8.md).
-#   speed   GPT-2 124M (d12) at B=64 T=1024: bf16, --fp8 1, --fp8 1 --fp8-layers blocks, and
-#           PyTorch compiled in bf16 beside them; GPT-2 1.5B (d48) at B=8 T=1024 -r 1: bf16 and
-#           --fp8 1 at the same batch. 14 steps each, means over the steps after the 10th:
-#           tokens/s, MFU (bf16's peak as the denominator for both), J/step, device memory
-#           at peak. Targets: d12 FP8 >= 700,000 tokens/s; d48 FP8 >= 1.3x bf16.
-#   curve   from one initial model (the same seed) and one data order, bf16 and --fp8 1:
+#   speed   GPT-2 124M (d12) at B=64 T=1024: bf16, --fp8 1 (current scaling), --fp8-layers
+#           blocks, --fp8-scaling delayed, and PyTorch compiled in bf16 beside them; GPT-2 1.5B
+#           (d48) at B=8 T=1024 -r 1: bf16 and --fp8 1 with each scaling, at the same batch.
+#           14 steps each, means over the steps after the 10th: tokens/s, MFU (bf16's peak as
+#           the denominator for both), J/step, device memory at peak. Targets: d12 FP8 >=
+#           700,000 tokens/s; d48 FP8 >= 1.3x bf16.
+#   curve   from one initial model (the same seed) and one data order, bf16 and --fp8 1 (and
+#           at d12 --fp8-scaling delayed):
 #           d12 B=16 T=1024 for 1000 steps, d24 B=16 T=1024 for 300 steps, validation every
 #           100 (d24: 50) steps. The final validation losses compared (FP8 within 1% of
 #           bf16), the skipped updates counted (FP8 no more than bf16), the four curves drawn
@@ -103,13 +105,16 @@ for part in $PARTS; do
         speed d12 bf16 64
         speed d12 fp8 64 --fp8 1
         speed d12 fp8_blocks 64 --fp8 1 --fp8-layers blocks
+        speed d12 fp8_delayed 64 --fp8 1 --fp8-scaling delayed
         torch_speed
         speed d48 bf16 8 -r 1
         speed d48 fp8 8 -r 1 --fp8 1
+        speed d48 fp8_delayed 8 -r 1 --fp8 1 --fp8-scaling delayed
         ;;
     curve)
         curve d12 bf16 1000 100
         curve d12 fp8 1000 100 --fp8 1
+        curve d12 fp8_delayed 1000 100 --fp8 1 --fp8-scaling delayed
         curve d24 bf16 300 50
         curve d24 fp8 300 50 --fp8 1
         ;;
@@ -135,34 +140,36 @@ if speed:
     def tps(model, row):
         r = by.get(("speed", model, row))
         return num(r[4]) if r else None
-    d12 = tps("d12", "fp8")
-    print("d12 B=64 --fp8 1: %s tok/s (target 700,000): %s" % ("%.0f" % d12 if d12 else "-", "met" if d12 and d12 >= 7e5 else
-                                                                 "missed" if d12 else "not measured"))
-    a, b = tps("d48", "fp8"), tps("d48", "bf16")
-    x = a / b if a and b else None
-    print("d48 B=8 --fp8 1 against bf16: %s (target 1.3x): %s" % ("%.2fx" % x if x else "-",
-                                                                 "met" if x and x >= 1.3 else "missed" if x else
-                                                                 "not measured"))
+    verdict = lambda ok, have: "met" if ok else "missed" if have else "not measured"
+    for row in ("fp8", "fp8_delayed"):
+        d12 = tps("d12", row)
+        print("d12 B=64 %s: %s tok/s (target 700,000): %s" % (row, "%.0f" % d12 if d12 else "-",
+                                                              verdict(d12 and d12 >= 7e5, d12)))
+        a, b = tps("d48", row), tps("d48", "bf16")
+        x = a / b if a and b else None
+        print("d48 B=8 %s against bf16: %s (target 1.3x): %s" % (row, "%.2fx" % x if x else "-",
+                                                                 verdict(x and x >= 1.3, x)))
 curve = [r for r in rows if r[0] == "curve"]
 if curve:
     print()
     print("loss curves, B=16 T=1024, one initial model and data order")
     for model in ("d12", "d24"):
-        b, f = by.get(("curve", model, "bf16")), by.get(("curve", model, "fp8"))
-        if not b or not f:
-            continue
-        vb, vf = num(b[3]), num(f[3])
-        rel = (vf - vb) / vb if vb and vf else None
-        ok = rel is not None and abs(rel) <= 0.01 and int(f[4]) <= int(b[4])
-        print("%s: final val loss bf16 %s, FP8 %s (%s); skipped updates bf16 %s, FP8 %s: %s"
-              % (model, b[3], f[3], "%+.2f%%" % (100 * rel) if rel is not None else "-", b[4], f[4],
-                 "within 1%, no more skips" if ok else "MISSED"))
+        for row in ("fp8", "fp8_delayed"):
+            b, f = by.get(("curve", model, "bf16")), by.get(("curve", model, row))
+            if not b or not f:
+                continue
+            vb, vf = num(b[3]), num(f[3])
+            rel = (vf - vb) / vb if vb and vf else None
+            ok = rel is not None and abs(rel) <= 0.01 and int(f[4]) <= int(b[4])
+            print("%s: final val loss bf16 %s, %s %s (%s); skipped updates bf16 %s, %s %s: %s"
+                  % (model, b[3], row, f[3], "%+.2f%%" % (100 * rel) if rel is not None else "-", b[4], row, f[4],
+                     "within 1%, no more skips" if ok else "MISSED"))
 PYEOF
 if ls "$OUT"/curve_*/metrics.jsonl > /dev/null 2>&1; then
     dirs=""
     labels=""
     for m in d12 d24; do
-        for p in bf16 fp8; do
+        for p in bf16 fp8 fp8_delayed; do
             [ -f "$OUT/curve_${m}_$p/metrics.jsonl" ] || continue
             dirs="$dirs $OUT/curve_${m}_$p"
             labels="$labels${labels:+,}$m $p"

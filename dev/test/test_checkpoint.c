@@ -242,7 +242,58 @@ static TrainState make_state(size_t n, int master) {
     return s;
 }
 
-static void free_state(TrainState *s) { free(s->m); free(s->v); free(s->master); }
+static void free_state(TrainState *s) { free(s->m); free(s->v); free(s->master); free(s->fp8); }
+
+static void read_state_fp8_child(const char *path) {
+    TrainState s = make_state(100, 0);
+    train_state_read(path, &s);
+}
+
+// A state file as another version's writer would stamp it: the version changed and the
+// checksum made again over the file (the header with its checksum slot zeroed, then the body)
+static void restamp_version(uint8_t *buf, size_t len, int version) {
+    set_int(buf, 1, version);
+    set_int(buf, CKSUM_SLOT, 0);
+    set_int(buf, CKSUM_SLOT, (int)crc32c_update(0, buf, len));
+}
+
+// The FP8 scaling state (version 3): written, read back bit for bit (non-finite entries,
+// which skipped steps leave in an amax history, included); a version 2 file, which has none,
+// still reads, as none
+static void test_train_state_fp8(void) {
+    TrainState s = make_state(100, 0);
+    s.fp8_n = 50;
+    s.fp8 = (float *)xmalloc(50 * sizeof(float));
+    for (int i = 0; i < 50; i++) s.fp8[i] = (float)i * 0.25f - 3.0f;
+    s.fp8[7] = NAN;
+    s.fp8[8] = INFINITY;
+    char *p = path_in("state_fp8.bin");
+    train_state_write(p, &s);
+    TrainState r = make_state(100, 0);
+    train_state_read(p, &r);
+    CHECK(r.fp8_n == 50 && r.fp8 && !memcmp(r.fp8, s.fp8, 50 * sizeof(float)), "FP8 state read back bit for bit");
+    free_state(&r);
+    TrainState z = make_state(100, 0);
+    train_state_write(p, &z);  // no FP8 state, as a run without --fp8 delayed scaling writes
+    size_t len;
+    uint8_t *buf = xread_file(p, &len);
+    CHECK(len == (size_t)train_state_bytes(3, 100, 0, 0), "a state without FP8 scaling: %zu bytes", len);
+    restamp_version(buf, len, 2);
+    write_bytes(p, buf, len);
+    r = make_state(100, 0);
+    train_state_read(p, &r);
+    CHECK(r.fp8_n == 0 && r.fp8 == NULL && r.has_ext, "a version 2 state reads, without FP8 state");
+    free_state(&r);
+    restamp_version(buf, len, 4);
+    write_bytes(p, buf, len);
+    expect_failure("state of a version from the future", read_state_fp8_child, p, p, "not supported", NULL);
+    set_int(buf, 69, -5);
+    restamp_version(buf, len, 3);
+    write_bytes(p, buf, len);
+    expect_failure("state with a negative FP8 size", read_state_fp8_child, p, p, "impossible FP8", NULL);
+    free(buf); free(p);
+    free_state(&s); free_state(&z);
+}
 
 static void read_state_child(const char *path) {
     TrainState s = make_state(1000, 1);
@@ -399,6 +450,7 @@ int main(void) {
     run_case("corrupted checkpoints fail clearly", test_corrupted_checkpoints);
     run_case("debug state v3 read, truncated, bad T", test_debug_state);
     run_case("training state round trip and mismatches", test_train_state);
+    run_case("training state: FP8 section, version 2", test_train_state_fp8);
     run_case("checksums: ours checked, llm.c's files load", test_checksums);
     run_case("-y 1 picks the newest intact checkpoint", test_resume_pick);
     char cmd[600];

@@ -121,6 +121,7 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "--fp8 out of range" "--fp8 must be 0 or 1" $SMALL --fp8 2
     expect_error "--fp8-layers unknown" "--fp8-layers must be all, blocks or head, got 'mlp'" $SMALL --fp8 1 \
         --fp8-layers mlp
+    expect_error "--fp8-scaling unknown" "--fp8-scaling must be current or delayed" $SMALL --fp8 1 --fp8-scaling late
     # FP8 adds its weight copies (2 bytes a matmul weight) and three operand buffers to the plan
     expect_error "--fp8 1 counts its copies and buffers" "this run needs 23.83 GiB" -e d12 -b 64 -t 1024 \
         -d 524288 --fp8 1 --max-device-memory 23.5G

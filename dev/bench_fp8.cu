@@ -1,0 +1,358 @@
+// dev/bench_fp8.cu: the linear layers' matmuls of one GPT-2 training step in FP8 beside bf16, on random inputs.
+// For each layer (qkv, attproj, fc, fcproj, lm_head) and each of its matmuls (forward, dinp, dweight):
+//   bf16    matmul_lt with the trainer's arguments (kernels/matmul.cuh, the heuristic's first algorithm),
+//   fp8     matmul_fp8 on operands already cast, called as kernels/fp8_linear.cuh calls it (its row chunks,
+//           its formats and accumulation, dweight accumulated with beta 1),
+//   casts   the FP8 casts that matmul needs: the activation's or gradient's amax pass, scale update and cast
+//           (forward, dinp), the two transposing casts (dweight),
+// each as ms per call (the median of CUDA-event-timed calls after warm-up) and joules per call (the board's NVML
+// energy counter over a loop of ~1.2 s, at the clock the power limit then allows); the floor (the call's FLOPs
+// at the FP8 dense peak); and the FP8 result's error against the bf16 one, which a wrong operand layout would
+// make ~100%. Then the step's totals (with the casts of delayed scaling beside those of current scaling), and
+// the weights' casts, which happen once per update. GPU only: a bf16 build for sm_90a (elsewhere it says so and
+// exits 77). The energy loops take most of its time: under a minute at the default size.
+//   build/bench_fp8 [B T C L Vp]      (default 64 1024 768 12 50304: GPT-2 124M, B=64)
+#include "common/energy.h"
+#include "kernels/fp8_linear.cuh"
+#include <algorithm>
+#include <vector>
+
+#if !FLASH_WGMMA || PRECISION != PRECISION_BF16
+int main() {
+    printf("bench_fp8: needs a bf16 build for sm_90a (PRECISION=BF16 GPU_ARCH=90a); this is a %s build%s\n",
+           PRECISION_NAME, FLASH_WGMMA ? " for sm_90a" : " without sm_90a");
+    return 77;
+}
+#else
+
+// Dense tensor-core peaks of the H100 SXM and the H200 SXM: NVIDIA's datasheets give 1,979 TFLOP/s for bf16 and
+// 3,958 TFLOP/s for FP8 "with sparsity", twice the dense rate. PCIe and NVL boards are slower: the floors are
+// the SXM boards'.
+static const double PEAK_BF16_TFLOPS = 989.0, PEAK_FP8_TFLOPS = 1979.0;
+static const int WARMUP = 3, REPS = 21;    // timed calls per measurement: an odd count has a true median
+static const double SUSTAIN_MS = 1200.0;  // energy loops: long against the counter's update interval
+
+enum { CALL_FWD, CALL_DINP, CALL_DW, CALLS };
+static const char *CALL_NAME[CALLS] = {"fwd", "dinp", "dweight"};
+
+typedef struct {
+    const char *name;
+    int cin, oc, per_step, bias;  // weight OC x Cin; calls per step; whether the forward adds a bias
+} Layer;
+
+// the step's tensors, one of each role at the largest size any layer needs. Products only ever write D16, D8
+// and the code buffers, so the inputs keep their random fill (a product written into a later product's input
+// drifts the data and, with it, the board's power: see dev/bench_matmul.cu)
+static floatX *X, *G, *W, *bias, *D16, *D8;  // inputs N x Cin, output gradients N x OC, weight, bias; outputs
+static uint8_t *x8, *xT8, *g8, *gT8;         // X and G cast: as stored, and transposed chunk by chunk
+static Fp8Linear f8;                         // per layer (site) the weight's FP8 copies and the three scales
+static int N;
+
+// uniform in [-amp, amp]: a hash of the index, the same on every run
+__global__ void fill_kernel(floatX *p, size_t n, uint32_t seed, float amp) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = ((uint32_t)i ^ (uint32_t)(i >> 32) * 0x9E3779B9u) * 2654435761u ^ seed;
+        h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+        p[i] = (floatX)((h * (1.0f / 4294967296.0f) * 2.0f - 1.0f) * amp);
+    }
+}
+
+// out[0] = max |a - b|, out[1] = max |b|, as float bits (non-negative floats order like their bits, and a NaN
+// lies above them all, so a NaN in the FP8 result shows as one); out zeroed by the caller
+__global__ void max_diff_kernel(unsigned *out, const floatX *a, const floatX *b, size_t n) {
+    unsigned md = 0, mb = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = to_float(a[i]), y = to_float(b[i]);
+        md = max(md, abs_bits(x - y));
+        mb = max(mb, abs_bits(y));
+    }
+    md = __reduce_max_sync(0xffffffffu, md);
+    mb = __reduce_max_sync(0xffffffffu, mb);
+    if (threadIdx.x % 32 == 0) {
+        atomicMax(out, md);
+        atomicMax(out + 1, mb);
+    }
+}
+
+static double rel_error(const floatX *fp8_result, const floatX *bf16_result, size_t n) {
+    static unsigned *d = NULL;
+    if (!d) CUDA_CHECK(cudaMalloc(&d, 2 * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(d, 0, 2 * sizeof(unsigned)));
+    max_diff_kernel<<<1024, 256>>>(d, fp8_result, bf16_result, n);
+    LAUNCH_CHECK();
+    unsigned h[2];
+    CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    float md, mb;
+    memcpy(&md, &h[0], sizeof md);
+    memcpy(&mb, &h[1], sizeof mb);
+    return (double)md / mb;
+}
+
+// Rows per chunk as fp8_linear.cuh takes them: the forward chunks x (Cin wide), the backward the wider of g, x
+static int chunk_rows(const Layer *l, int call) {
+    return fp8_chunk_rows(&f8, call == CALL_FWD ? l->cin : std::max(l->oc, l->cin), N);
+}
+static int chunks(int R) { return (N + R - 1) / R; }
+
+static void bf16_call(const Layer *l, int call, floatX *D) {
+    const int C = l->cin, OC = l->oc;
+    int ok;
+    if (call == CALL_FWD)
+        ok = matmul_lt(D, W, X, l->bias ? bias : NULL, OC, N, C, 1, 0, C, C, OC, 0.0f,
+                       l->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
+    else if (call == CALL_DINP)
+        ok = matmul_lt(D, W, G, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
+    else
+        ok = matmul_lt(D, X, G, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
+    if (!ok) fatal("cuBLASLt has no algorithm for %s %s in bf16", l->name, CALL_NAME[call]);
+}
+
+// The casts of call's operands in chunks of R rows. Current scaling (delayed = 0): the forward's amax pass and
+// scale update are x's, the dinp's g's. Delayed scaling: no pass, the casts record the amax for the history
+// instead (as the trainer's --fp8 delayed scaling does once it has one). dweight reuses both scales (the
+// trainer's dweight casts x^T with its forward's scale) and records nothing.
+static void fp8_casts(const Layer *l, int site, int call, int R, int delayed = 0) {
+    const int C = l->cin, OC = l->oc;
+    const float *xs = fp8_slot(&f8, site, FP8_OP_X, FP8_SCALE), *gs = fp8_slot(&f8, site, FP8_OP_G, FP8_SCALE);
+    float *xa = delayed ? fp8_slot(&f8, site, FP8_OP_X, FP8_AMAX) : NULL;
+    float *ga = delayed ? fp8_slot(&f8, site, FP8_OP_G, FP8_AMAX) : NULL;
+    if (call == CALL_FWD && !delayed) fp8_scale_for(&f8, site, FP8_OP_X, X, (size_t)N * C, FP8_E4M3, 0);
+    if (call == CALL_DINP && !delayed) fp8_scale_for(&f8, site, FP8_OP_G, G, (size_t)N * OC, FP8_E5M2, 0);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int rows = std::min(R, N - r0);
+        const size_t xo = (size_t)r0 * C, go = (size_t)r0 * OC;
+        if (call == CALL_FWD) fp8_quantize(x8 + xo, xa, X + xo, xs, (size_t)rows * C, FP8_E4M3, 0);
+        if (call == CALL_DINP) fp8_quantize(g8 + go, ga, G + go, gs, (size_t)rows * OC, FP8_E5M2, 0);
+        if (call == CALL_DW) {
+            // each chunk transposed on its own (OC x rows, C x rows), as it lands in the trainer's buffers
+            fp8_quantize_transpose(gT8 + go, NULL, G + go, gs, rows, OC, FP8_E5M2, 0);
+            fp8_quantize_transpose(xT8 + xo, NULL, X + xo, xs, rows, C, FP8_E4M3, 0);
+        }
+    }
+}
+
+// The FP8 matmuls of call on operands cast by fp8_casts(.., R), one per chunk of R rows
+static void fp8_call(const Layer *l, int site, int call, floatX *D, int R) {
+    const int C = l->cin, OC = l->oc;
+    const uint8_t *w = f8.weights + f8.w_off[site], *wt = w + (size_t)OC * C;
+    const float *w_deq = fp8_slot(&f8, site, FP8_OP_W, FP8_DEQ), *x_deq = fp8_slot(&f8, site, FP8_OP_X, FP8_DEQ);
+    const float *g_deq = fp8_slot(&f8, site, FP8_OP_G, FP8_DEQ);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int rows = std::min(R, N - r0);
+        const size_t xo = (size_t)r0 * C, go = (size_t)r0 * OC;
+        if (call == CALL_FWD)
+            matmul_fp8(D + go, w, FP8_E4M3, w_deq, x8 + xo, FP8_E4M3, x_deq, l->bias ? bias : NULL, OC, rows, C, C,
+                       C, OC, 0.0f, 1, 0);
+        else if (call == CALL_DINP)
+            matmul_fp8(D + xo, wt, FP8_E4M3, w_deq, g8 + go, FP8_E5M2, g_deq, NULL, C, rows, OC, OC, OC, C, 0.0f, 0,
+                       0);
+        else
+            matmul_fp8(D, xT8 + xo, FP8_E4M3, x_deq, gT8 + go, FP8_E5M2, g_deq, NULL, C, OC, rows, rows, rows, C,
+                       1.0f, 0, 0);
+    }
+}
+
+// the median ms of REPS calls of f after WARMUP, each between two events
+static std::vector<cudaEvent_t> ev;
+template <class F> static float median_ms(F f) {
+    for (int i = 0; i < WARMUP; i++) f();
+    CUDA_CHECK(cudaEventRecord(ev[0], 0));
+    for (int i = 1; i <= REPS; i++) {
+        f();
+        CUDA_CHECK(cudaEventRecord(ev[i], 0));
+    }
+    CUDA_CHECK(cudaEventSynchronize(ev[REPS]));
+    float t[REPS];
+    for (int i = 0; i < REPS; i++) CUDA_CHECK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+    std::sort(t, t + REPS);
+    return t[REPS / 2];
+}
+
+// f again and again for ~SUSTAIN_MS from an idle queue: ms and joules per call (joules < 0: not measured)
+typedef struct { double ms, joules; } Sustained;
+template <class F> static Sustained sustain(F f, float ms_each, EnergyMeter *meter) {
+    const int reps = (int)(SUSTAIN_MS / ms_each) + 1;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double j0 = energy_joules(meter);
+    CUDA_CHECK(cudaEventRecord(ev[0], 0));
+    for (int r = 0; r < reps; r++) f();
+    CUDA_CHECK(cudaEventRecord(ev[1], 0));
+    CUDA_CHECK(cudaEventSynchronize(ev[1]));
+    const double j1 = energy_joules(meter);
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    return {ms / reps, j0 < 0 || j1 < 0 ? -1.0 : (j1 - j0) / reps};
+}
+
+static void print_joules(double j) {
+    if (j < 0) printf(" %8s", "-");
+    else printf(" %8.3f", j);
+}
+
+int main(int argc, char **argv) {
+    int B = 64, T = 1024, C = 768, L = 12, Vp = 50304;
+    if (argc == 6) { B = atoi(argv[1]); T = atoi(argv[2]); C = atoi(argv[3]); L = atoi(argv[4]); Vp = atoi(argv[5]); }
+    else if (argc != 1) { fprintf(stderr, "usage: %s [B T C L Vp]\n", argv[0]); return 2; }
+    if (B <= 0 || T <= 0 || C <= 0 || L <= 0 || Vp <= 0 || (long)B * T > INT32_MAX) {
+        fprintf(stderr, "bench_fp8: B T C L Vp must be positive, B*T below 2^31\n");
+        return 2;
+    }
+    N = B * T;
+    int ndev = 0, major = 0, minor = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("bench_fp8: no GPU\n");
+        return 77;
+    }
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    if (major != 9 || minor != 0) {
+        printf("bench_fp8: built for sm_90a; this GPU is %d.%d\n", major, minor);
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    matmul_init(0);
+
+    const Layer layers[] = {
+        {"qkv", C, 3 * C, L, 1}, {"attproj", C, C, L, 1}, {"fc", C, 4 * C, L, 1},
+        {"fcproj", 4 * C, C, L, 1}, {"lm_head", C, Vp, 1, 0},
+    };
+    const int NL = (int)(sizeof layers / sizeof layers[0]);
+    int oc[NL], cc[NL];
+    for (int i = 0; i < NL; i++) { oc[i] = layers[i].oc; cc[i] = layers[i].cin; }
+    // the trainer's buffers (train_gpt2.cu, fp8_buffer_bytes): N x C bytes, at least 64 rows of the vocabulary;
+    // they set the row chunks, which are what this measures (the casts here write full-size buffers instead)
+    const size_t cap = std::max((size_t)N * C, (size_t)64 * Vp);
+    fp8_linear_init(&f8, NL, oc, cc, cap, 0);  // current scaling; fp8_casts times delayed on its own
+    for (int i = 0; i < NL; i++)
+        if (!fp8_linear_fits(&f8, i, N)) {
+            fprintf(stderr, "bench_fp8: %s (%d x %d) cannot run in FP8 at N=%d: every dimension must be a multiple "
+                            "of 16\n", layers[i].name, layers[i].oc, layers[i].cin, N);
+            return 2;
+        }
+
+    const size_t wide = (size_t)std::max(Vp, 4 * C), act = (size_t)N * 4 * C, grad = (size_t)N * wide;
+    CUDA_CHECK(cudaMalloc(&X, act * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&G, grad * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&W, wide * C * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&bias, wide * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&D16, grad * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&D8, grad * sizeof(floatX)));
+    CUDA_CHECK(cudaMalloc(&x8, act));
+    CUDA_CHECK(cudaMalloc(&xT8, act));
+    CUDA_CHECK(cudaMalloc(&g8, grad));
+    CUDA_CHECK(cudaMalloc(&gT8, grad));
+    // magnitudes near the step's (unit activations after a layernorm, weights of the 0.02-std initialisation,
+    // small gradients): the scales differ per operand as they do in training
+    fill_kernel<<<1024, 256>>>(X, act, 1, 1.0f);
+    fill_kernel<<<1024, 256>>>(G, grad, 2, 1e-3f);
+    fill_kernel<<<1024, 256>>>(W, wide * C, 3, 0.035f);
+    fill_kernel<<<64, 256>>>(bias, wide, 4, 0.02f);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemset(D16, 0, grad * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(D8, 0, grad * sizeof(floatX)));
+    ev.resize(REPS + 1);
+    for (auto &e : ev) CUDA_CHECK(cudaEventCreate(&e));
+    EnergyMeter meter;
+    char bus[32] = "";
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+    const int have_energy = energy_open(&meter, bus);
+
+    printf("FP8 against bf16, the linear layers' matmuls of one step on %s: N=%d C=%d L=%d Vp=%d\n", prop.name, N, C,
+           L, Vp);
+    printf("bf16: matmul_lt, the heuristic's first algorithm; epilogue BIAS in the forward (lm_head none), none in\n"
+           "  the backward: the trainer's fused GELU (fc fwd) and dGELU (fcproj dinp) left out, as FP8 has neither\n");
+    printf("fp8: matmul_fp8 on the trainer's row chunks (buffers of %.1f MB); fwd E4M3 x E4M3, fast accumulation,\n"
+           "  bias; dinp E4M3 x E5M2, dweight E4M3 x E5M2 with beta 1. 1call: the same in one call (no chunks)\n",
+           cap / 1e6);
+    printf("casts: amax pass, scale update and cast of x (fwd) or g (dinp); transposing casts of g and x (dweight)\n");
+    printf("ms: median of %d calls; J: per call over ~%.1f s of calls; floor: the FLOPs at %.0f TFLOP/s (FP8 dense,\n"
+           "  H100/H200 SXM); err: max |fp8 - bf16| / max |bf16| (a few %% expected, ~100%% for a wrong layout)\n",
+           REPS, SUSTAIN_MS / 1e3, PEAK_FP8_TFLOPS);
+    if (!have_energy) printf("energy: not measured (%s)\n", meter.why);
+    printf("%-8s %-7s %5s %6s %8s %7s %8s %7s %8s %8s %7s %8s %8s %8s %6s\n", "layer", "call", "/step", "chunks",
+           "bf16_ms", "TFLOP/s", "fp8_ms", "TFLOP/s", "casts_ms", "1call_ms", "speedup", "bf16_J", "fp8+c_J",
+           "floor_ms", "err%");
+
+    // per-step sums: bf16, fp8 matmuls, casts (current, delayed scaling), one-call fp8; joules (bf16, fp8 +
+    // casts), sustained ms, floors, FLOPs
+    double s16 = 0, s8 = 0, scast = 0, scastd = 0, s1 = 0, sj16 = 0, sj8 = 0, ss16 = 0, ss8 = 0;
+    double sfl16 = 0, sfl8 = 0, sflops = 0;
+    int joules_all = have_energy;  // every line's joules measured (the counter can fail mid-run)
+    float wcast[NL];
+    for (int site = 0; site < NL; site++) {
+        const Layer *l = &layers[site];
+        fp8_linear_weight(&f8, site, W, 0);
+        for (int call = 0; call < CALLS; call++) fp8_casts(l, site, call, chunk_rows(l, call));  // every scale set
+        for (int call = 0; call < CALLS; call++) {
+            const int R = chunk_rows(l, call);
+            const int m = call == CALL_FWD ? l->oc : l->cin, n = call == CALL_DW ? l->oc : N;
+            const int k = call == CALL_FWD ? l->cin : call == CALL_DINP ? l->oc : N;
+            const double flops = 2.0 * m * (double)n * k;
+            const float t16 = median_ms([&] { bf16_call(l, call, D16); });
+            const float t8 = median_ms([&] { fp8_call(l, site, call, D8, R); });
+            const float tc = median_ms([&] { fp8_casts(l, site, call, R); });
+            const float tcd = call == CALL_DW ? tc : median_ms([&] { fp8_casts(l, site, call, R, 1); });
+            // one product each onto zeros (dweight accumulates), the codes those the casts just wrote
+            const size_t nout = (size_t)m * n;
+            CUDA_CHECK(cudaMemset(D16, 0, nout * sizeof(floatX)));
+            CUDA_CHECK(cudaMemset(D8, 0, nout * sizeof(floatX)));
+            bf16_call(l, call, D16);
+            fp8_call(l, site, call, D8, R);
+            const double err = rel_error(D8, D16, nout);
+            const Sustained e16 = sustain([&] { bf16_call(l, call, D16); }, t16, &meter);
+            const Sustained e8 = sustain([&] {
+                fp8_casts(l, site, call, R);
+                fp8_call(l, site, call, D8, R);
+            }, t8 + tc, &meter);
+            // one call over all N rows: the transposed operands cast whole (C x N, OC x N) first; the others'
+            // codes lie the same whole or chunked
+            if (call == CALL_DW) fp8_casts(l, site, call, N);
+            const float t1 = median_ms([&] { fp8_call(l, site, call, D8, N); });
+            const double floor8 = flops / (PEAK_FP8_TFLOPS * 1e9), floor16 = flops / (PEAK_BF16_TFLOPS * 1e9);
+            printf("%-8s %-7s %5d %6d %8.4f %7.1f %8.4f %7.1f %8.4f %8.4f %6.2fx", l->name, CALL_NAME[call],
+                   l->per_step, chunks(R), t16, flops / t16 * 1e-9, t8, flops / t8 * 1e-9, tc, t1, t16 / (t8 + tc));
+            print_joules(e16.joules);
+            print_joules(e8.joules);
+            printf(" %8.4f %6.2f\n", floor8, 100.0 * err);
+            fflush(stdout);
+            const int ps = l->per_step;
+            s16 += ps * t16; s8 += ps * t8; scast += ps * tc; scastd += ps * tcd; s1 += ps * t1;
+            sj16 += ps * e16.joules; sj8 += ps * e8.joules;
+            if (e16.joules < 0 || e8.joules < 0) joules_all = 0;
+            ss16 += ps * e16.ms; ss8 += ps * e8.ms;
+            sfl16 += ps * floor16; sfl8 += ps * floor8; sflops += ps * flops;
+        }
+        wcast[site] = median_ms([&] { fp8_linear_weight(&f8, site, W, 0); });
+    }
+    CUDA_CHECK(cudaGetLastError());
+
+    printf("per step (each line times its /step), %.1f TFLOP:\n", sflops * 1e-12);
+    printf("  bf16         %8.2f ms (%.1f TFLOP/s; sustained %.2f ms)", s16, sflops / s16 * 1e-9, ss16);
+    if (joules_all) printf(", %.1f J", sj16);
+    printf("; floor at %.0f TFLOP/s %.2f ms\n", PEAK_BF16_TFLOPS, sfl16);
+    printf("  fp8 + casts  %8.2f ms (%.1f TFLOP/s; sustained %.2f ms)", s8 + scast, sflops / (s8 + scast) * 1e-9,
+           ss8);
+    if (joules_all) printf(", %.1f J", sj8);
+    printf("; floor at %.0f TFLOP/s %.2f ms\n", PEAK_FP8_TFLOPS, sfl8);
+    printf("    matmuls %.2f ms, casts %.2f ms: the casts %.1f%% of fp8 + casts; matmuls in one call each: %.2f ms\n",
+           s8, scast, 100.0 * scast / (s8 + scast), s1);
+    printf("    with delayed scaling (the casts record the amax, no pass before them): casts %.2f ms, fp8 + casts "
+           "%.2f ms\n", scastd, s8 + scastd);
+    printf("  fp8 + casts against bf16: %.2fx the speed", s16 / (s8 + scast));
+    if (joules_all) printf(", %.2fx the energy", sj8 / sj16);
+    else if (have_energy) printf(" (energy: %s)", meter.why);
+    printf("\n");
+    printf("weight casts (amax, scale, cast and transposed cast of W; once per update), ms per layer:");
+    double wsum = 0;
+    for (int i = 0; i < NL; i++) {
+        printf(" %s %.4f", layers[i].name, wcast[i]);
+        wsum += layers[i].per_step * wcast[i];
+    }
+    printf("; per update %.2f ms\n", wsum);
+    energy_close(&meter);
+    fp8_linear_free(&f8);
+    matmul_free();
+    return 0;
+}
+#endif
