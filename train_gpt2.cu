@@ -1033,9 +1033,9 @@ static UpdateRuns gpt2_update_runs(GPT2 *m, int k) {
 // AdamW over elements [c0, c1) of this rank's optimizer state, whose master weights and
 // moments are at master, m, v (element c0 first): the whole state, or a staged chunk of it
 // (--offload 2). The state holds tensor after tensor (at zl.t[k].shard_offset), each
-// tensor's runs one after the other; a tensor wholly inside is one launch over its runs, a
-// tensor cut by c0 or c1 one launch per run piece. Each element's arithmetic and rounding
-// noise depend on its index only, so any cut updates it alike.
+// tensor's runs one after the other; common/distributed.h's update_piece cuts them. Each
+// element's arithmetic and rounding noise depend on its index only, so any cut updates it
+// alike.
 typedef struct {
     GPT2 *model;
     const AdamWConfig *h;
@@ -1048,21 +1048,15 @@ static void gpt2_adamw_range(void *ctx, size_t c0, size_t c1, float *master, voi
     const size_t mb = adamw_moment_bytes(model->moments_bf16);
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         UpdateRuns u = gpt2_update_runs(model, k);
-        const size_t o = u.shard_offset, e = o + u.slabs * u.len;
-        if (e <= c0 || o >= c1) continue;
         float wd = gpt2_param_is_decayed(k) ? h->weight_decay : 0.0f;
-        int whole = o >= c0 && e <= c1;
-        for (int sl = 0; sl < (whole ? 1 : u.slabs); sl++) {
-            // whole: every run from o; else run sl's piece [lo, hi) of the state
-            size_t so = o + (size_t)sl * u.len, lo = whole ? o : (so > c0 ? so : c0);
-            size_t hi = whole ? e : (so + u.len < c1 ? so + u.len : c1);
-            if (lo >= hi) continue;
-            size_t j0 = lo - so, q = lo - c0, at = whole ? 0 : (size_t)sl * u.stride + j0;
-            adamw_update(model->param[k] + u.first + at, master ? master + q : NULL,
-                         u.grads + (whole ? 0 : (size_t)sl * u.grad_stride + j0), u.grad_stride, (char *)m + q * mb,
-                         (char *)v + q * mb, model->moments_bf16, whole ? u.slabs : 1, whole ? u.len : hi - lo,
-                         u.stride, u.first + at, h->beta1, h->beta2, h->eps, wd, model->info, model->adamw_step.dev,
-                         (uint32_t)(k * 0x85EBCA77u), model->stream);
+        int n = update_piece_count(u.shard_offset, u.slabs, u.len, c0, c1);
+        for (int i = 0; i < n; i++) {
+            UpdatePiece p;
+            if (!update_piece(u.shard_offset, u.slabs, u.len, u.stride, u.grad_stride, c0, c1, i, &p)) continue;
+            adamw_update(model->param[k] + u.first + p.at, master ? master + p.q : NULL, u.grads + p.grad_at,
+                         u.grad_stride, (char *)m + p.q * mb, (char *)v + p.q * mb, model->moments_bf16, p.slabs,
+                         p.len, u.stride, u.first + p.at, h->beta1, h->beta2, h->eps, wd, model->info,
+                         model->adamw_step.dev, (uint32_t)(k * 0x85EBCA77u), model->stream);
         }
     }
 }

@@ -143,6 +143,49 @@ static inline size_t zero_owned_index(const ZeroTensor *t, int rank, size_t i) {
     return t->offset + l * t->slice + (size_t)rank * t->chunk + j;
 }
 
+// The optimizer's update of one tensor runs over `slabs` runs of `len` elements: run s's
+// element j is parameter s * stride + j (past the rank's first element), gradient
+// s * grad_stride + j, and optimizer state o + s * len + j (the rank's compact state).
+// When the state is updated a range [c0, c1) at a time (staged offload), a tensor's part
+// of the range is one launch over all its runs if the tensor lies inside, else one launch
+// per run that the range cuts: UpdatePiece i of update_piece_count's.
+typedef struct {
+    int slabs;       // runs in the piece: the tensor's all, or 1
+    size_t len;      // elements per run
+    size_t at;       // the piece's first parameter (and rounding-noise index), past the rank's first
+    size_t grad_at;  // its first gradient
+    size_t q;        // its first state element, past c0
+} UpdatePiece;
+
+// Pieces to ask update_piece for: 0 (the tensor lies outside [c0, c1)), 1 (inside), else
+// slabs (one per run, some maybe empty)
+static inline int update_piece_count(size_t o, int slabs, size_t len, size_t c0, size_t c1) {
+    size_t e = o + (size_t)slabs * len;
+    if (e <= c0 || o >= c1) return 0;
+    return o >= c0 && e <= c1 ? 1 : slabs;
+}
+
+// Piece i; 0 when it is empty (a run the range does not reach)
+static inline int update_piece(size_t o, int slabs, size_t len, size_t stride, size_t grad_stride, size_t c0,
+                               size_t c1, int i, UpdatePiece *p) {
+    if (o >= c0 && o + (size_t)slabs * len <= c1) {  // inside: one piece over every run
+        p->slabs = slabs;
+        p->len = len;
+        p->at = p->grad_at = 0;
+        p->q = o - c0;
+        return 1;
+    }
+    size_t so = o + (size_t)i * len, lo = so > c0 ? so : c0, hi = so + len < c1 ? so + len : c1;
+    if (lo >= hi) return 0;
+    size_t j0 = lo - so;
+    p->slabs = 1;
+    p->len = hi - lo;
+    p->at = (size_t)i * stride + j0;
+    p->grad_at = (size_t)i * grad_stride + j0;
+    p->q = lo - c0;
+    return 1;
+}
+
 // Copies rank's elements of the flat array `full` (z->n) into its compact shard (z->shard_elems).
 static inline void zero_gather_shard(const ZeroLayout *z, int rank, const float *full, float *shard) {
     for (int k = 0; k < z->ntensors; k++) {

@@ -112,6 +112,7 @@ run loss-scaler ./build/san/test_loss_scaler
 run sampling ./build/san/test_sampling
 run hellaswag-unit ./build/san/test_hellaswag
 run memory-budget ./build/san/test_memory_budget
+run update-pieces ./build/san/test_update_pieces
 run export-hf-unit ./build/san/test_export_hf
 run fuzz-readers ./build/san/fuzz_readers
 # multi-process logic, 1 to 3 ranks on this machine's CPUs
