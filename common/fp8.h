@@ -133,4 +133,17 @@ FP8_HD static inline float fp8_scale_from_amax(float amax, float fmax, int margi
 // the step uses the same pair; its rounding (half an ulp of fp32) is far below fp8's.
 FP8_HD static inline float fp8_dequant_factor(float scale) { return 1.0f / scale; }
 
+// Rows per chunk when an operand of `width` codes a row goes through a buffer of `cap`
+// bytes (kernels/fp8_linear.cuh): all n where they fit, else a multiple of 16 (cuBLASLt's
+// FP8 kernels need one) that fits, evened out over the chunks so that no last chunk is
+// thin; 0 when not even 16 rows fit.
+static inline int fp8_rows_per_chunk(size_t cap, int width, int n) {
+    size_t fit = cap / (size_t)width;
+    if (fit >= (size_t)n) return n;
+    int most = (int)(fit / 16 * 16);
+    if (most < 16) return 0;
+    int chunks = (n + most - 1) / most;
+    return ((n + chunks - 1) / chunks + 15) / 16 * 16;
+}
+
 #endif // COMMON_FP8_H

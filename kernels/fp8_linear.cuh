@@ -171,16 +171,8 @@ static void fp8_linear_state_set(Fp8Linear *f, const float *in) {
     f->rolled = in[ns + nh + 1] != 0.0f;
 }
 
-// Rows per chunk of an operand `width` codes wide: all N where the buffer holds them, else
-// a multiple of 16 that fits, evened out over the chunks (no thin last chunk); 0: none fits
-static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) {
-    size_t fit = f->cap / (size_t)width;
-    if (fit >= (size_t)N) return N;
-    int most = (int)(fit / 16 * 16);
-    if (most < 16) return 0;
-    int chunks = (N + most - 1) / most;
-    return ((N + chunks - 1) / chunks + 15) / 16 * 16;
-}
+// Rows per chunk of an operand `width` codes wide (common/fp8.h); 0: not even 16 fit
+static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) { return fp8_rows_per_chunk(f->cap, width, N); }
 
 // Whether the site can run in FP8 at N rows: cuBLASLt's FP8 kernels need every dimension a
 // multiple of 16, and a chunk at least 16 rows (the caller falls back to bf16 where not,

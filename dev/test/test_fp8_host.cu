@@ -319,6 +319,30 @@ static void test_matmul_refusals(void) {
     expect_failure("matmul with n = 100", fp8_bad_shape, NULL, "n=100", "multiples of 16", NULL);
 }
 
+// The operand chunks of kernels/fp8_linear.cuh, for random rows n (multiples of 16, as the
+// trainer's), widths and buffer sizes: all n in one chunk, or chunks of a multiple of 16
+// rows within the buffer, as few as fit, the last at least 16 rows; 0 exactly when 16 rows
+// do not fit
+static void test_chunk_rows(void) {
+    for (int trial = 0; trial < 100000; trial++) {
+        int n = 16 * (1 + (int)(uniform01() * 4096)), width = 16 * (1 + (int)(uniform01() * 4000));
+        size_t cap = (size_t)(uniform01() * uniform01() * 64.0 * 1024 * 1024) + 1;
+        int r = fp8_rows_per_chunk(cap, width, n);
+        g_compared++;
+        size_t fit = cap / (size_t)width;
+        if (fit < 16 && fit < (size_t)n) {
+            CHECK(r == 0, "n %d width %d cap %zu: %d rows, but 16 do not fit", n, width, cap, r);
+            continue;
+        }
+        int chunks = r > 0 ? (n + r - 1) / r : 0, last = r > 0 ? n - (chunks - 1) * r : 0;
+        size_t fewest = (n + fit / 16 * 16 - 1) / (fit / 16 * 16);
+        CHECK(r > 0 && (size_t)r * width <= cap && (r == n || r % 16 == 0) && last >= 16 &&
+                  (r == n || (size_t)chunks == fewest),
+              "n %d width %d cap %zu: %d rows a chunk, %d chunks, the last %d rows (fewest %zu)", n, width, cap, r,
+              chunks, last, fewest);
+    }
+}
+
 int main(void) {
     printf("test_fp8_host: common/fp8.h against the format definition and cuda_fp8.h\n");
     run_counted("decode: 256 codes x 2 formats", test_decode);
@@ -330,5 +354,6 @@ int main(void) {
     if (g_sweep_mismatches) printf("  %ld encodings differ from CUDA's\n", g_sweep_mismatches);
     run_counted("scale recipe, history, dequantization factor", test_scale_recipe);
     run_counted("FP8 matmul refusals (no GPU call)", test_matmul_refusals);
+    run_counted("operand chunks: 16-row multiples that fit", test_chunk_rows);
     return test_summary();
 }
