@@ -944,9 +944,11 @@ typedef struct {
 
 static void micro_step_launches(void *ctx) {
     MicroStep *m = (MicroStep *)ctx;
+    m->model->f8.record = 1;  // FP8 delayed scaling learns from training micro-steps only
     gpt2_forward(m->model, m->B, m->T);
     gpt2_loss(m->model, m->model->info + INFO_LOSS, m->loss_scale, 1, m->B, m->T);
     gpt2_backward(m->model);
+    m->model->f8.record = 0;
 }
 
 static void gpt2_micro_step(GPT2 *model, int B, int T, float loss_scale) {
@@ -1244,7 +1246,8 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
         model->scaler.good_steps = s.loss_scale_good_steps;
     }
     size_t want_fp8 = model->fp8 ? fp8_linear_state_floats(&model->f8) : 0;
-    if (want_fp8 && (size_t)s.fp8_n == want_fp8) fp8_linear_state_set(&model->f8, s.fp8);
+    if (want_fp8 && (size_t)s.fp8_n == want_fp8 && fp8_linear_state_set(&model->f8, s.fp8))
+        gpt2_fp8_weights(model);  // the weights' copies again, after their scales came back
     else if (want_fp8 && model->rank == 0)
         printf("note: %s holds no FP8 scaling state of this run's layers; the first step scales itself, so the run "
                "continues close to, not bit for bit as, the one that wrote it\n", sp);

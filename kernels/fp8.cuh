@@ -27,17 +27,22 @@
 
 #define FP8_THREADS 256
 
+// x times the scale, with an infinite x made NaN: the conversion saturates infinities to
+// the format's max, which would hide an overflowed tensor from the step's finiteness check
+// (the update is skipped on a non-finite norm); a NaN code carries it through the matmul
+__device__ __forceinline__ float fp8_scaled(float x, float s) { return isinf(x) ? __int_as_float(0x7fc00000) : x * s; }
+
 // 4 floats times the scale as 4 codes, the first in the lowest byte
 template <int F>
 __device__ __forceinline__ uint32_t fp8x4(const float *f, float s) {
     constexpr __nv_fp8_interpretation_t I = F == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
-    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f[0] * s, f[1] * s), __NV_SATFINITE, I);
-    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f[2] * s, f[3] * s), __NV_SATFINITE, I);
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(fp8_scaled(f[0], s), fp8_scaled(f[1], s)), __NV_SATFINITE, I);
+    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(fp8_scaled(f[2], s), fp8_scaled(f[3], s)), __NV_SATFINITE, I);
     return lo | (hi << 16);
 }
 template <int F>
 __device__ __forceinline__ uint8_t fp8x1(float f, float s) {
-    return __nv_cvt_float_to_fp8(f * s, __NV_SATFINITE, F == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return __nv_cvt_float_to_fp8(fp8_scaled(f, s), __NV_SATFINITE, F == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
 
 // |x|'s bits, which order like |x| itself (NaN above inf)
@@ -104,8 +109,8 @@ __device__ __forceinline__ int fp8t_at(int c, int r) {
 
 template <int F>
 __global__ void __launch_bounds__(FP8_THREADS)
-fp8_quantize_transpose_kernel(uint8_t *out, float *amax, const floatX *inp, const float *scale, int rows, int cols,
-                              int vec_in, int vec_out) {
+fp8_quantize_transpose_kernel(uint8_t *out, float *amax, const floatX *inp, size_t ld, const float *scale, int rows,
+                              int cols, int vec_in, int vec_out) {
     constexpr int V = X128::size;
     __shared__ __align__(16) uint8_t tile[FP8T_TILE * FP8T_TILE];
     const int r0 = blockIdx.y * FP8T_TILE, c0 = blockIdx.x * FP8T_TILE;
@@ -114,7 +119,7 @@ fp8_quantize_transpose_kernel(uint8_t *out, float *amax, const floatX *inp, cons
 #pragma unroll
     for (int p = 0; p < FP8T_TILE * FP8T_TILE / 8 / FP8_THREADS; p++) {
         int t = p * FP8_THREADS + threadIdx.x, lr = t / 8, lc = (t % 8) * 8, r = r0 + lr, c = c0 + lc;
-        const floatX *src = inp + (size_t)r * cols + c;
+        const floatX *src = inp + (size_t)r * ld + c;
         float f[8];
         if (vec_in && r < rows && c + 8 <= cols) {
 #pragma unroll
@@ -174,19 +179,26 @@ static void fp8_quantize(uint8_t *out, float *amax, const floatX *inp, const flo
     LAUNCH_CHECK();
 }
 
-// out (cols x rows codes) = fp8(inp^T * *scale) for inp (rows x cols, row-major); amax as fp8_quantize
-static void fp8_quantize_transpose(uint8_t *out, float *amax, const floatX *inp, const float *scale, int rows,
-                                   int cols, Fp8Format f, cudaStream_t s) {
-    int vec_in = fp8_aligned(inp, 16) && ((size_t)cols * sizeof(floatX)) % 16 == 0;
+// out (cols x rows codes) = fp8(inp^T * *scale) for inp (rows x cols, row-major, rows ld
+// elements apart: with ld > cols a column block of a wider tensor); amax as fp8_quantize
+static void fp8_quantize_transpose_ld(uint8_t *out, float *amax, const floatX *inp, size_t ld, const float *scale,
+                                      int rows, int cols, Fp8Format f, cudaStream_t s) {
+    int vec_in = fp8_aligned(inp, 16) && (ld * sizeof(floatX)) % 16 == 0;
     int vec_out = fp8_aligned(out, 16) && rows % 16 == 0;
     dim3 grid(ceil_div(cols, FP8T_TILE), ceil_div(rows, FP8T_TILE));
     if (f == FP8_E4M3)
-        fp8_quantize_transpose_kernel<FP8_E4M3><<<grid, FP8_THREADS, 0, s>>>(out, amax, inp, scale, rows, cols,
+        fp8_quantize_transpose_kernel<FP8_E4M3><<<grid, FP8_THREADS, 0, s>>>(out, amax, inp, ld, scale, rows, cols,
                                                                             vec_in, vec_out);
     else
-        fp8_quantize_transpose_kernel<FP8_E5M2><<<grid, FP8_THREADS, 0, s>>>(out, amax, inp, scale, rows, cols,
+        fp8_quantize_transpose_kernel<FP8_E5M2><<<grid, FP8_THREADS, 0, s>>>(out, amax, inp, ld, scale, rows, cols,
                                                                             vec_in, vec_out);
     LAUNCH_CHECK();
+}
+
+// the same for a whole tensor (ld = cols)
+static void fp8_quantize_transpose(uint8_t *out, float *amax, const floatX *inp, const float *scale, int rows,
+                                   int cols, Fp8Format f, cudaStream_t s) {
+    fp8_quantize_transpose_ld(out, amax, inp, (size_t)cols, scale, rows, cols, f, s);
 }
 
 // *scale (and *deq = 1 / *scale, for the matmul) from the largest finite amax of the H

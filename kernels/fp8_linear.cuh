@@ -32,6 +32,7 @@ enum { FP8_SCALE, FP8_DEQ, FP8_AMAX, FP8_SLOTS };
 typedef struct {
     int delayed;        // 1: delayed scaling of inputs and gradients, 0: current
     int rolled;         // host: the histories hold a step (delayed scaling applies from then on)
+    int record;         // host: casts add their amax to the step's (training micro-steps, not evaluation)
     float *hist;        // device: [site][input, gradient][FP8_HISTORY] amaxes
     int *pos;           // device: steps rolled into the histories
     int nsites;
@@ -55,7 +56,7 @@ static size_t fp8_linear_bytes(int nsites, const int *oc, const int *c, size_t c
 
 static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *c, size_t cap, int delayed) {
     f->delayed = delayed;
-    f->rolled = 0;
+    f->rolled = f->record = 0;
     CUDA_CHECK(cudaMalloc(&f->hist, (size_t)nsites * 2 * FP8_HISTORY * sizeof(float)));
     CUDA_CHECK(cudaMemset(f->hist, 0, (size_t)nsites * 2 * FP8_HISTORY * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&f->pos, sizeof(int)));
@@ -110,10 +111,13 @@ static void fp8_scale_for(const Fp8Linear *f, int site, int op, const floatX *x,
 
 // Before an input's or gradient's casts: the scale they use, and where the casts record
 // the amax (NULL: nowhere). Current scaling (and delayed before its first roll) scales
-// from the tensor itself; delayed keeps the history's scale and records this step's amax.
+// from the tensor itself; delayed keeps the history's scale and records this step's amax
+// while f->record (training micro-steps: evaluation and sampling do not move the scales).
+// Before the first roll the amax slot holds the last tensor scaled, so the first history
+// entry is the first step's last micro-step's amax.
 static float *fp8_operand_scale(const Fp8Linear *f, int site, int op, const floatX *x, size_t n, Fp8Format fmt,
                                 cudaStream_t s) {
-    if (f->delayed && f->rolled) return fp8_slot(f, site, op, FP8_AMAX);
+    if (f->delayed && f->rolled) return f->record ? fp8_slot(f, site, op, FP8_AMAX) : NULL;
     fp8_scale_for(f, site, op, x, n, fmt, s);
     return NULL;
 }
@@ -145,30 +149,43 @@ static void fp8_linear_roll(const Fp8Linear *f, cudaStream_t s) {
     LAUNCH_CHECK();
 }
 
-// The delayed-scaling state as floats, for the checkpoint: the scalars, the histories, the
-// roll count and whether a roll happened (0 floats with current scaling, which keeps none)
+// The delayed-scaling state as floats, for the checkpoint: each site's weight shape (0 x 0
+// for a layer not in FP8: a state of other layers is then told apart), the scalars, the
+// histories, the history slot and whether a roll happened. 0 floats with current scaling,
+// which keeps none.
 static size_t fp8_linear_state_floats(const Fp8Linear *f) {
-    return f->delayed ? (size_t)f->nsites * (FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) + 2 : 0;
+    return f->delayed ? (size_t)f->nsites * (2 + FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) + 2 : 0;
 }
 
 static void fp8_linear_state_get(const Fp8Linear *f, float *out, cudaStream_t s) {
     size_t ns = (size_t)f->nsites * FP8_OPS * FP8_SLOTS, nh = (size_t)f->nsites * 2 * FP8_HISTORY;
     int pos;
+    for (int i = 0; i < f->nsites; i++) {  // shapes stay exact in a float (below 2^24)
+        *out++ = (float)f->oc[i];
+        *out++ = (float)f->c[i];
+    }
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaMemcpy(out, f->scalars, ns * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(out + ns, f->hist, nh * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(&pos, f->pos, sizeof(int), cudaMemcpyDeviceToHost));
-    out[ns + nh] = (float)(pos % FP8_HISTORY);  // only the slot matters, and it stays exact in a float
+    out[ns + nh] = (float)(pos % FP8_HISTORY);  // only the slot matters
     out[ns + nh + 1] = (float)f->rolled;
 }
 
-static void fp8_linear_state_set(Fp8Linear *f, const float *in) {
+// Restores a state of fp8_linear_state_floats(f) floats; 0 (nothing changed) when it was
+// written for other layers. The weights' scales come back too: the caller casts the weights
+// again (they are scaled from their own amax, so that gives what the writer had).
+static int fp8_linear_state_set(Fp8Linear *f, const float *in) {
     size_t ns = (size_t)f->nsites * FP8_OPS * FP8_SLOTS, nh = (size_t)f->nsites * 2 * FP8_HISTORY;
+    for (int i = 0; i < f->nsites; i++)
+        if (in[2 * i] != (float)f->oc[i] || in[2 * i + 1] != (float)f->c[i]) return 0;
+    in += 2 * (size_t)f->nsites;
     int pos = (int)in[ns + nh];
     CUDA_CHECK(cudaMemcpy(f->scalars, in, ns * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(f->hist, in + ns, nh * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(f->pos, &pos, sizeof(int), cudaMemcpyHostToDevice));
     f->rolled = in[ns + nh + 1] != 0.0f;
+    return 1;
 }
 
 // Rows per chunk of an operand `width` codes wide (common/fp8.h); 0: not even 16 fit
@@ -221,19 +238,47 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
     const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *g_deq = fp8_slot(f, site, FP8_OP_G, FP8_DEQ);
     const float *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
     float *amax = fp8_operand_scale(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
-    const int R = fp8_chunk_rows(f, OC > C ? OC : C, N);
+    // dinp, by row chunks of g: each row of dinp is one matmul's
+    const int R = fp8_chunk_rows(f, OC, N);
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
-        const floatX *g = dout + (size_t)r0 * OC;
-        fp8_quantize(f->buf[0], amax, g, g_scale, (size_t)rows * OC, FP8_E5M2, s);         // g rows
-        fp8_quantize_transpose(f->buf[1], NULL, g, g_scale, rows, OC, FP8_E5M2, s);      // g^T (OC x rows)
-        fp8_quantize_transpose(f->buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);  // x^T
-        // dinp rows (col-major C x rows) = (W^T as C rows of OC)^T-op times g rows
+        fp8_quantize(f->buf[0], amax, dout + (size_t)r0 * OC, g_scale, (size_t)rows * OC, FP8_E5M2, s);
+        // dinp rows (col-major C x rows) = (W^T: C rows of OC codes)^T-op times g rows
         matmul_fp8(dinp + (size_t)r0 * C, wt, FP8_E4M3, w_deq, f->buf[0], FP8_E5M2, g_deq, NULL, C, rows, OC, OC,
                    OC, C, 0.0f, 0, s);
-        // dweight (col-major C x OC) += (x^T: C rows of `rows`) with (g^T: OC rows of `rows`)
-        matmul_fp8(dweight, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows, rows, C,
-                   1.0f, 0, s);
+    }
+    // dweight (col-major C x OC) += (x^T: C rows of N codes) with (g^T: OC rows of N codes),
+    // the sum over all N rows in one matmul per slice of dweight, so that each of its
+    // elements is rounded to bf16 once: slices of its rows (of g^T) where x^T fits a buffer
+    // whole, else slices of its columns (of x^T) where g^T does, else (narrow buffers) row
+    // chunks of both, each rounding dweight once more
+    if (fp8_chunk_rows(f, N, C) == C) {
+        fp8_quantize_transpose(f->buf[2], NULL, inp, x_scale, N, C, FP8_E4M3, s);
+        const int S = fp8_chunk_rows(f, N, OC);
+        for (int o0 = 0; o0 < OC; o0 += S) {
+            int n = OC - o0 < S ? OC - o0 : S;
+            fp8_quantize_transpose_ld(f->buf[1], NULL, dout + o0, (size_t)OC, g_scale, N, n, FP8_E5M2, s);
+            matmul_fp8(dweight + (size_t)o0 * C, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, n,
+                       N, N, N, C, 1.0f, 0, s);
+        }
+    } else if (fp8_chunk_rows(f, N, OC) == OC) {
+        fp8_quantize_transpose(f->buf[1], NULL, dout, g_scale, N, OC, FP8_E5M2, s);
+        const int S = fp8_chunk_rows(f, N, C);
+        for (int c0 = 0; c0 < C; c0 += S) {
+            int m = C - c0 < S ? C - c0 : S;
+            fp8_quantize_transpose_ld(f->buf[2], NULL, inp + c0, (size_t)C, x_scale, N, m, FP8_E4M3, s);
+            matmul_fp8(dweight + c0, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, m, OC, N, N, N, C,
+                       1.0f, 0, s);
+        }
+    } else {
+        const int RW = fp8_chunk_rows(f, OC > C ? OC : C, N);
+        for (int r0 = 0; r0 < N; r0 += RW) {
+            int rows = N - r0 < RW ? N - r0 : RW;
+            fp8_quantize_transpose(f->buf[1], NULL, dout + (size_t)r0 * OC, g_scale, rows, OC, FP8_E5M2, s);
+            fp8_quantize_transpose(f->buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);
+            matmul_fp8(dweight, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows,
+                       rows, C, 1.0f, 0, s);
+        }
     }
     if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
 }

@@ -70,9 +70,11 @@ static float host_amax(const floatX *x, size_t n) {
 }
 static const char *fname(Fp8Format f) { return fp8_format_name(f); }
 
-// the GPU's code against fp8.h's for x * scale: equal bits, or both NaN (a NaN's sign is free)
+// the GPU's code against fp8.h's for x * scale: equal bits, or both NaN (a NaN's sign is
+// free). An infinite x is cast as NaN (kernels/fp8.cuh fp8_scaled), so that an overflow stays
+// visible; a finite x beyond the format's range saturates.
 static bool code_ok(uint8_t got, float x, float scale, Fp8Format f) {
-    uint8_t want = fp8_from_float(x * scale, f);
+    uint8_t want = isinf(x) ? FP8_NAN : fp8_from_float(x * scale, f);
     return got == want || (want == FP8_NAN && isnan(fp8_to_float(got, f)));
 }
 
@@ -139,17 +141,22 @@ static void test_quantize() {
     }
 }
 
-// (b) the transposing cast of a rows x cols tensor
-static void check_transpose(int rows, int cols, Fp8Format f) {
-    std::vector<floatX> x = randn((size_t)rows * cols, 0.05);
-    float amax_want = host_amax(x.data(), x.size());
+// (b) the transposing cast of a rows x cols tensor, or (ld > cols) of the first cols columns
+// of a rows x ld one
+static void check_transpose(int rows, int cols, int ld, Fp8Format f) {
+    std::vector<floatX> x = randn((size_t)rows * ld, 0.05), block((size_t)rows * cols);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) block[(size_t)r * cols + c] = x[(size_t)r * ld + c];
+    float amax_want = host_amax(block.data(), block.size());
     float scale = fp8_scale_from_amax(amax_want, fp8_format_max(f), 1, 1.0f);
-    size_t n = x.size();
+    size_t n = block.size();
     floatX *dx = upload(x);
     uint8_t *dq;
     float *dscale, *damax;
     cast_buffers(n, scale, &dq, &dscale, &damax);
-    fp8_quantize_transpose(dq, damax, dx, dscale, rows, cols, f, 0);
+    if (ld == cols) fp8_quantize_transpose(dq, damax, dx, dscale, rows, cols, f, 0);
+    else fp8_quantize_transpose_ld(dq, damax, dx, (size_t)ld, dscale, rows, cols, f, 0);
+    x = block;  // the reference reads the block
     std::vector<uint8_t> q = download(dq, n + GUARD);
     float amax = download1(damax);
     size_t bad = 0, guard_bad = 0;
@@ -161,8 +168,8 @@ static void check_transpose(int rows, int cols, Fp8Format f) {
             }
     for (int i = 0; i < GUARD; i++) guard_bad += q[n + i] != GUARD_BYTE;
     report(bad == 0 && guard_bad == 0 && amax == amax_want,
-           "transpose %4d x %-4d %s: %zu of %zu codes differ, %zu guard bytes written, amax %g (want %g)", rows, cols,
-           fname(f), bad, n, guard_bad, amax, amax_want);
+           "transpose %4d x %-4d (ld %4d) %s: %zu of %zu codes differ, %zu guard bytes written, amax %g (want %g)",
+           rows, cols, ld, fname(f), bad, n, guard_bad, amax, amax_want);
     if (bad)
         printf("    first at row %d col %d: x %g -> 0x%02x, want 0x%02x\n", br, bc, to_float(x[(size_t)br * cols + bc]),
                q[(size_t)bc * rows + br], fp8_from_float(to_float(x[(size_t)br * cols + bc]) * scale, f));
@@ -171,9 +178,11 @@ static void check_transpose(int rows, int cols, Fp8Format f) {
 
 static void test_transpose() {
     printf("(b) fp8_quantize_transpose against fp8.h's encoder\n");
-    const int shapes[][2] = {{512, 768}, {768, 2304}, {3072, 512}, {64, 64}, {100, 72}, {77, 50}, {1, 8}};
+    // rows, cols, ld: whole tensors, then column blocks of wider ones (the lm_head's slices)
+    const int shapes[][3] = {{512, 768, 768}, {768, 2304, 2304}, {3072, 512, 512}, {64, 64, 64}, {100, 72, 72},
+                             {77, 50, 50},    {1, 8, 8},          {512, 768, 2304}, {256, 64, 50304}, {100, 40, 72}};
     for (Fp8Format f : {FP8_E4M3, FP8_E5M2})
-        for (auto &s : shapes) check_transpose(s[0], s[1], f);
+        for (auto &s : shapes) check_transpose(s[0], s[1], s[2], f);
 }
 
 // A tensor in FP8 on the device: codes (and those of its transpose), scale and dequantization factor
