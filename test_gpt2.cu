@@ -86,14 +86,14 @@ int main(int argc, char **argv) {
         {"-r", "--recompute", ARG_INT, &recompute, "recompute level 0, 1, 2, 3"},
         {NULL, "--flash-attention", ARG_INT, &flash,
          "1: flash attention, 0: plain attention, -1: flash where supported"},
-        {NULL, "--deterministic", ARG_INT, &deterministic,
+        {NULL, "--deterministic", ARG_SWITCH, &deterministic,
          "1: fixed-order backward, 0: flash attention's atomic-dq backward and timed matmul algorithms"},
         {NULL, "--optimizer-state", ARG_STRING, &optimizer_state, "AdamW's moments: fp32 or bf16"},
         {NULL, "--offload", ARG_INT, &offload,
          "master weights and moments in pinned host memory; 1: updated in place, 2: staged in chunks"},
-        {NULL, "--cuda-graph", ARG_INT, &cuda_graph,
+        {NULL, "--cuda-graph", ARG_SWITCH, &cuda_graph,
          "1: the AdamW steps' micro-steps and updates replayed from CUDA graphs"},
-        {NULL, "--fp8", ARG_INT, &fp8, "1: the linear layers in FP8, with FP8's tolerances (bf16 build)"},
+        {NULL, "--fp8", ARG_SWITCH, &fp8, "1: the linear layers in FP8, with FP8's tolerances (bf16 build)"},
         {NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text, "with --fp8 1: all, blocks or head"},
         {NULL, "--fp8-scaling", ARG_STRING, &fp8_scaling_text,
          "with --fp8 1: current or delayed (the gradient check scales itself either way; delayed scaling "
@@ -104,10 +104,8 @@ int main(int argc, char **argv) {
                " build) with the PyTorch reference.");
     if (recompute < 0 || recompute > 3) fatal("-r must be 0, 1, 2 or 3");
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
-    if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
     if (offload < OFFLOAD_NONE || offload > OFFLOAD_STAGED) fatal("--offload must be 0, 1 or 2");
-    if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1");
     const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text);
     if (fp8_layers) {  // FP8's tolerances where the command line left the build's
         if (logits_tol == build_tols[0]) logits_tol = FP8_LOGITS_TOL;

@@ -196,9 +196,8 @@ static int *batch_bucket_count(const GPT2 *m, int *buf) { return buf + (size_t)B
 enum { FP8_LAYERS_BLOCKS = 1, FP8_LAYERS_HEAD = 2, FP8_LAYERS_ALL = 3 };
 enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, SITES_PER_LAYER };
 
-// --fp8 and --fp8-layers to FP8_LAYERS_* (0: no FP8)
+// --fp8 (0 or 1, checked by the parser) and --fp8-layers to FP8_LAYERS_* (0: no FP8)
 static int fp8_layers_arg(int fp8, const char *layers) {
-    if (fp8 != 0 && fp8 != 1) fatal("--fp8 must be 0 or 1, got %d", fp8);
     int mask = !strcmp(layers, "all") ? FP8_LAYERS_ALL : !strcmp(layers, "blocks") ? FP8_LAYERS_BLOCKS
                : !strcmp(layers, "head")                                            ? FP8_LAYERS_HEAD
                                                                                     : -1;
@@ -1448,14 +1447,14 @@ int main(int argc, char **argv) {
     specs[nspecs++] =
         arg_spec("-r", "--recompute", ARG_INT, &recompute,
                  "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm, 3 the whole block (keeps its input only)");
-    specs[nspecs++] = arg_spec("-f", "--tf32", ARG_INT, &tf32,
+    specs[nspecs++] = arg_spec("-f", "--tf32", ARG_SWITCH, &tf32,
                                "1: the fp32 build's matmuls in TF32 (faster, about 3 decimal digits; the bf16 and "
                                "fp16 builds' are unaffected), 0: true fp32");
     specs[nspecs++] = arg_spec(NULL, "--flash-attention", ARG_INT, &flash,
                                "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores "
                                "the T x T matrix, -1: flash where supported");
-    specs[nspecs++] =
-        arg_spec("-w", "--master-weights", ARG_INT, &master_weights, "1: keep fp32 master weights (bf16/fp16 builds)");
+    specs[nspecs++] = arg_spec("-w", "--master-weights", ARG_SWITCH, &master_weights,
+                               "1: keep fp32 master weights (bf16/fp16 builds)");
     specs[nspecs++] = arg_spec(
         "-z", "--zero-stage", ARG_INT, &zero_stage,
         "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the gradients");
@@ -1485,14 +1484,14 @@ int main(int argc, char **argv) {
     specs[nspecs++] = arg_spec(NULL, "--max-device-memory", ARG_STRING, &max_memory_text,
                                "the most device memory the run may plan for, e.g. 16G (checked before any GPU "
                                "work; a run that does not fit stops naming settings that do); empty: no limit");
-    specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_INT, &prefetch,
+    specs[nspecs++] = arg_spec(NULL, "--prefetch", ARG_SWITCH, &prefetch,
                                "1: read and prepare the next micro-batch on the host while the GPU runs the current "
                                "one, 0: when its micro-step starts");
-    specs[nspecs++] = arg_spec(NULL, "--cuda-graph", ARG_INT, &cuda_graph,
+    specs[nspecs++] = arg_spec(NULL, "--cuda-graph", ARG_SWITCH, &cuda_graph,
                                "1: each training micro-step (forward, loss, backward) and each update (norm, "
                                "clip, AdamW) replayed from a CUDA graph (fewer launches: for small batches and "
                                "models; one rank), 0: launched kernel by kernel");
-    specs[nspecs++] = arg_spec(NULL, "--fp8", ARG_INT, &fp8,
+    specs[nspecs++] = arg_spec(NULL, "--fp8", ARG_SWITCH, &fp8,
                                "1: the linear layers' matmuls in FP8 (E4M3 weights and inputs, E5M2 gradients, "
                                "per-tensor current scaling; bf16 build, Hopper), 0: in bf16");
     specs[nspecs++] = arg_spec(NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text,
@@ -1502,10 +1501,10 @@ int main(int argc, char **argv) {
                                "with --fp8 1, the inputs' and gradients' scales: current (each tensor's own amax, "
                                "one more pass over it) or delayed (the last 16 steps' amaxes, kept in the "
                                "checkpoint; one rank)");
-    specs[nspecs++] = arg_spec(NULL, "--profile", ARG_INT, &profile,
+    specs[nspecs++] = arg_spec(NULL, "--profile", ARG_SWITCH, &profile,
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
-        arg_spec(NULL, "--deterministic", ARG_INT, &deterministic,
+        arg_spec(NULL, "--deterministic", ARG_SWITCH, &deterministic,
                  "1: bitwise-reproducible runs (fixed summation order everywhere), 0: matmul algorithms picked by "
                  "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size "
                  "128, or GPU_ARCH=90): faster there, not bitwise reproducible");
@@ -1522,9 +1521,7 @@ int main(int argc, char **argv) {
     if (flash < -1 || flash > 1) fatal("--flash-attention must be -1, 0 or 1");
     if (flash == 1 && PRECISION == PRECISION_FP32)
         fatal("--flash-attention 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use 0");
-    if (tf32 != 0 && tf32 != 1) fatal("-f (TF32) must be 0 or 1");
     if (log_gpu != -1) fatal("-lg: logging the GPU's state is not implemented; use nvidia-smi dmon");
-    if (master_weights != 0 && master_weights != 1) fatal("-w must be 0 or 1");
     if (zero_stage < 0 || zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", zero_stage);
     int backend = comm_backend_parse(comm_name);
     if (backend != COMM_BACKEND_NCCL && backend != COMM_BACKEND_MPI)
@@ -1538,12 +1535,8 @@ int main(int argc, char **argv) {
     }
     if (fuse_gelu == 2) fatal("-ge 2: GELU fused into the backward matmul is not implemented; use -ge 1");
     if (fuse_gelu != 0 && fuse_gelu != 1) fatal("-ge (GELU fusion) must be 0 or 1");
-    if (profile != 0 && profile != 1) fatal("--profile must be 0 or 1");
-    if (prefetch != 0 && prefetch != 1) fatal("--prefetch must be 0 or 1");
-    if (deterministic != 0 && deterministic != 1) fatal("--deterministic must be 0 or 1");
     const int moments_bf16 = adamw_moments_bf16_arg(optimizer_state);
     if (offload < OFFLOAD_NONE || offload > OFFLOAD_STAGED) fatal("--offload must be 0, 1 or 2, got %d", offload);
-    if (cuda_graph != 0 && cuda_graph != 1) fatal("--cuda-graph must be 0 or 1, got %d", cuda_graph);
     if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "
                                      "inside the step; use one or the other");
     const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text), fp8_delayed = fp8_delayed_arg(fp8_scaling_text);

@@ -7,15 +7,16 @@
 #define COMMON_ARGS_H
 #include "util.h"
 
+// ARG_SWITCH: an int that must be 0 or 1 (checked here, with one message for every switch).
 // ARG_REFUSED: a flag of llm.c's that this program does not support; giving it stops the
 // program with its help text, which says what to use instead.
-typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_REFUSED } ArgType;
+typedef enum { ARG_INT, ARG_SWITCH, ARG_FLOAT, ARG_STRING, ARG_REFUSED } ArgType;
 
 typedef struct {
     const char *short_flag;  // e.g. "-b" or "-sl"; NULL if long-only
     const char *long_flag;   // e.g. "--batch-size"
     ArgType type;
-    void *dest;              // int*, float*, or const char** (points into argv)
+    void *dest;              // int* (ARG_INT, ARG_SWITCH), float*, or const char** (points into argv)
     const char *help;
 } ArgSpec;
 
@@ -27,7 +28,7 @@ static inline void args_print_help(const char *usage, const ArgSpec *specs, int 
         snprintf(names, sizeof names, "%s%s%s", s->short_flag ? s->short_flag : "",
                  s->short_flag ? ", " : "", s->long_flag);
         char def[160] = "";
-        if (s->type == ARG_INT) snprintf(def, sizeof def, " (default %d)", *(int *)s->dest);
+        if (s->type == ARG_INT || s->type == ARG_SWITCH) snprintf(def, sizeof def, " (default %d)", *(int *)s->dest);
         else if (s->type == ARG_FLOAT) snprintf(def, sizeof def, " (default %g)", *(float *)s->dest);
         else if (s->type == ARG_REFUSED) snprintf(def, sizeof def, " (not supported)");
         else if (*(const char **)s->dest) snprintf(def, sizeof def, " (default %s)", *(const char **)s->dest);
@@ -77,6 +78,10 @@ static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n
             long v;
             if (!parse_long(value, &v) || v < -2147483647L || v > 2147483647L)
                 fatal("option %s expects an integer, got '%s'", name, value);
+            *(int *)s->dest = (int)v;
+        } else if (s->type == ARG_SWITCH) {
+            long v;
+            if (!parse_long(value, &v) || (v != 0 && v != 1)) fatal("%s must be 0 or 1, got '%s'", name, value);
             *(int *)s->dest = (int)v;
         } else if (s->type == ARG_FLOAT) {
             double v;

@@ -127,11 +127,11 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
                           "keep only the newest N checkpoints in -o, and the major ones (0: keep all)");
     specs[n++] = arg_spec("-nm", "--checkpoints-major", ARG_INT, &o->ckpt_major,
                           "the checkpoints of every N-th step are major: -nk never removes them (0: none)");
-    specs[n++] = arg_spec("-y", "--resume", ARG_INT, &o->resume,
+    specs[n++] = arg_spec("-y", "--resume", ARG_SWITCH, &o->resume,
                           "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
     specs[n++] =
-        arg_spec("-a", "--overfit-batch", ARG_INT, &o->overfit, "1: train on the first batch only (debugging)");
-    specs[n++] = arg_spec(NULL, "--shuffle", ARG_INT, &o->shuffle, "1: shuffle shards and samples each epoch");
+        arg_spec("-a", "--overfit-batch", ARG_SWITCH, &o->overfit, "1: train on the first batch only (debugging)");
+    specs[n++] = arg_spec(NULL, "--shuffle", ARG_SWITCH, &o->shuffle, "1: shuffle shards and samples each epoch");
     specs[n++] = arg_spec(NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
     specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir,
                           "directory holding vocab.bpe and encoder.json");
@@ -141,7 +141,7 @@ static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
                           "the HellaSwag eval file for -h 1 (llm.c's format; dev/data/hellaswag.py builds it)");
     specs[n++] = arg_spec(NULL, "--loader-threads", ARG_INT, &o->loader_threads,
                           "1: read the training batches on a thread ahead of the step, 0: in the training loop");
-    specs[n++] = arg_spec(NULL, "--check-data", ARG_INT, &o->check_data,
+    specs[n++] = arg_spec(NULL, "--check-data", ARG_SWITCH, &o->check_data,
                           "1: check every training token id at start, 0: each shard when first read (validation "
                           "shards: always at start)");
     specs[n++] = arg_spec(
@@ -201,11 +201,7 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->ckpt_every < -1) fatal("-n must be -1 (at the end only), 0 (never) or a number of steps");
     if (o->val_batches != -1 && o->val_batches < 1)
         fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
-    if (o->resume != 0 && o->resume != 1) fatal("-y must be 0 or 1");
     if (o->resume && !o->out_dir) fatal("-y 1 needs -o: the directory to resume from");
-    if (o->overfit != 0 && o->overfit != 1) fatal("-a must be 0 or 1");
-    if (o->shuffle != 0 && o->shuffle != 1) fatal("--shuffle must be 0 or 1");
-    if (o->check_data != 0 && o->check_data != 1) fatal("--check-data must be 0 or 1");
     if (o->loader_threads != 0 && o->loader_threads != 1)
         fatal("--loader-threads must be 0 or 1 (one thread reads ahead of any step: reads are sequential)");
     if (o->max_skipped < 0) fatal("--max-skipped-updates must be >= 0 (0: never stop)");

@@ -682,7 +682,7 @@ int main(int argc, char **argv) {
          "instead of --val-tokens: this fraction of all tokens goes to val (keeps all tokens in memory, "
          "4 bytes each); -1 = unused"},
         {NULL, "--shard-tokens", ARG_INT, &shard_tokens, "tokens per train shard (at least 1048576)"},
-        {NULL, "--allow-small-shards", ARG_INT, &small_shards, "1 = allow --shard-tokens below 1048576 (tests)"},
+        {NULL, "--allow-small-shards", ARG_SWITCH, &small_shards, "1 = allow --shard-tokens below 1048576 (tests)"},
         {NULL, "--threads", ARG_INT, &threads, "tokenizer threads, up to 4096; 0 = all cores"},
         {NULL, "--chunk-bytes", ARG_INT, &chunk_bytes,
          "cut documents longer than this into pieces tokenized in parallel; 0 = never cut (the output is "
@@ -718,7 +718,6 @@ int main(int argc, char **argv) {
     if (val_tokens >= 0 && use_fraction) fatal("give --val-tokens or --val-fraction, not both");
     if (val_tokens < -1) fatal("--val-tokens must be >= 0, not %d", val_tokens);
     if (shard_tokens <= 0) fatal("--shard-tokens must be positive, not %d", shard_tokens);
-    if (small_shards != 0 && small_shards != 1) fatal("--allow-small-shards must be 0 or 1, not %d", small_shards);
     if (shard_tokens < MIN_SHARD_TOKENS && !small_shards)
         fatal("--shard-tokens %d is below %d and makes many small files, each synced to disk on its own "
               "(add --allow-small-shards 1 if that is meant)", shard_tokens, MIN_SHARD_TOKENS);
