@@ -15,10 +15,11 @@
 //     (fp8_linear_roll moves it into the history after each step). One read of each
 //     operand less; the histories join the checkpoint (fp8_linear_state_*). Until the
 //     first roll the step scales itself, as current scaling does.
-// Forward and backward run over row chunks of at most `cap` bytes of codes per operand, so
-// no operand needs a buffer of its size (the lm_head's gradient is N x 50304): the trainer
-// gives the three buffers N x C bytes each (at least 64 rows of the widest operand), and
-// the wider operands go in 4 or more chunks.
+// Operands go through three buffers of `cap` bytes of codes in pieces, so that none needs
+// a buffer of its size (the lm_head's gradient is N x 50304): the trainer gives them N x C
+// bytes each (at least 64 rows of the widest operand). The forward and dinp run over row
+// chunks (each output row is one matmul's); dweight over slices of its rows or columns,
+// each summing all N rows in one matmul (fp8_dweight_plan), so it is rounded once.
 // Bias gradients, GELU and its derivative stay in bf16 (kernels/matmul.cuh, gelu.cuh).
 #pragma once
 #include "fp8.cuh"
@@ -228,6 +229,30 @@ static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_
     if (pre_gelu) gelu_forward(out, pre_gelu, (long)N * OC, s);
 }
 
+// How fp8_linear_backward splits dweight += g^T x. The sum over all N rows goes in one
+// matmul per slice of dweight, so that each of its elements is rounded to bf16 once:
+//   FP8_DW_OUT_SLICES  x^T (C x N codes) fits a buffer: cast whole, then slices of *slice
+//                      rows of dweight (of OC), each from a block of g's columns cast to g^T
+//   FP8_DW_IN_SLICES   else g^T (OC x N) fits: cast whole, then slices of *slice columns of
+//                      dweight (of C), each from a block of x's columns cast to x^T
+//   FP8_DW_ROW_CHUNKS  else (narrow buffers): chunks of *slice rows of g and x, each a matmul
+//                      adding to dweight, each rounding it once more
+// One function, so that whatever measures the backward (dev/bench_fp8.cu) splits it the same.
+enum { FP8_DW_OUT_SLICES, FP8_DW_IN_SLICES, FP8_DW_ROW_CHUNKS };
+static int fp8_dweight_plan(const Fp8Linear *f, int site, int N, int *slice) {
+    int OC = f->oc[site], C = f->c[site];
+    if (fp8_chunk_rows(f, N, C) == C) {
+        *slice = fp8_chunk_rows(f, N, OC);
+        return FP8_DW_OUT_SLICES;
+    }
+    if (fp8_chunk_rows(f, N, OC) == OC) {
+        *slice = fp8_chunk_rows(f, N, C);
+        return FP8_DW_IN_SLICES;
+    }
+    *slice = fp8_chunk_rows(f, OC > C ? OC : C, N);
+    return FP8_DW_ROW_CHUNKS;
+}
+
 // dinp (N, C) = dout (N, OC) W [* gelu'(pre_gelu)], written; dweight (OC, C) += dout^T inp.
 // inp must be the tensor of the site's last forward (its scale is that forward's).
 static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dweight, const floatX *dout,
@@ -248,22 +273,19 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
                    OC, C, 0.0f, 0, s);
     }
     // dweight (col-major C x OC) += (x^T: C rows of N codes) with (g^T: OC rows of N codes),
-    // the sum over all N rows in one matmul per slice of dweight, so that each of its
-    // elements is rounded to bf16 once: slices of its rows (of g^T) where x^T fits a buffer
-    // whole, else slices of its columns (of x^T) where g^T does, else (narrow buffers) row
-    // chunks of both, each rounding dweight once more
-    if (fp8_chunk_rows(f, N, C) == C) {
+    // split as fp8_dweight_plan says
+    int S;
+    const int way = fp8_dweight_plan(f, site, N, &S);
+    if (way == FP8_DW_OUT_SLICES) {
         fp8_quantize_transpose(f->buf[2], NULL, inp, x_scale, N, C, FP8_E4M3, s);
-        const int S = fp8_chunk_rows(f, N, OC);
         for (int o0 = 0; o0 < OC; o0 += S) {
             int n = OC - o0 < S ? OC - o0 : S;
             fp8_quantize_transpose_ld(f->buf[1], NULL, dout + o0, (size_t)OC, g_scale, N, n, FP8_E5M2, s);
             matmul_fp8(dweight + (size_t)o0 * C, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, n,
                        N, N, N, C, 1.0f, 0, s);
         }
-    } else if (fp8_chunk_rows(f, N, OC) == OC) {
+    } else if (way == FP8_DW_IN_SLICES) {
         fp8_quantize_transpose(f->buf[1], NULL, dout, g_scale, N, OC, FP8_E5M2, s);
-        const int S = fp8_chunk_rows(f, N, C);
         for (int c0 = 0; c0 < C; c0 += S) {
             int m = C - c0 < S ? C - c0 : S;
             fp8_quantize_transpose_ld(f->buf[2], NULL, inp + c0, (size_t)C, x_scale, N, m, FP8_E4M3, s);
@@ -271,9 +293,8 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
                        1.0f, 0, s);
         }
     } else {
-        const int RW = fp8_chunk_rows(f, OC > C ? OC : C, N);
-        for (int r0 = 0; r0 < N; r0 += RW) {
-            int rows = N - r0 < RW ? N - r0 : RW;
+        for (int r0 = 0; r0 < N; r0 += S) {
+            int rows = N - r0 < S ? N - r0 : S;
             fp8_quantize_transpose(f->buf[1], NULL, dout + (size_t)r0 * OC, g_scale, rows, OC, FP8_E5M2, s);
             fp8_quantize_transpose(f->buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);
             matmul_fp8(dweight, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows,
