@@ -52,15 +52,19 @@ static float grad_tolerance(int k, float override_tol) {
 #endif
 }
 
-// --fp8 1 (bf16 build): the linear layers' operands in FP8, E4M3 (3 mantissa bits: a
-// rounding error of up to 2^-4 of each element) forward and E5M2 (2 bits: 2^-3) for the
-// output gradients. Provisional tolerances, not yet measured: loose enough that a wrong
-// layout, scale or transpose (errors of the order of the tensor itself) fails, and to be
-// tightened from the errors the test prints on a GPU. --logits-tol and the others override.
-#define FP8_LOGITS_TOL 0.15f
-#define FP8_LOSS_TOL 0.03f
-#define FP8_GRAD_TOL 0.3f
-#define FP8_STEP_TOL 0.15f
+// --fp8 1 (bf16 build): the linear layers' operands in FP8, E4M3 (3 mantissa bits) forward
+// and E5M2 (2 bits) for the output gradients, against the exact reference. The format's
+// error alone, measured on the CPU with the reference's FP8 emulation (dev/gpt2_ref.py
+// --fp8 1 against --fp8 0, 2026-12-05), as this test measures it: d12 B=4 T=64 logits 0.101,
+// loss 7e-5 (relative), the worst gradient 0.221 (ln1w; the others 0.02-0.18), AdamW step
+// losses 0.094 apart after 10 steps; the small and long shapes about half of that. The
+// tolerances are about twice those, for the bf16 activations and the GPU's accumulation on
+// top. Against a reference that emulates FP8 itself (gpt2_ref.py --fp8 1) the difference is
+// the implementation's, and scripts/gpu_check.sh holds it to tighter ones on the command line.
+#define FP8_LOGITS_TOL 0.2f
+#define FP8_LOSS_TOL 1e-2f
+#define FP8_GRAD_TOL 0.45f
+#define FP8_STEP_TOL 0.2f
 
 int main(int argc, char **argv) {
     const char *dir = "build/ref";

@@ -124,14 +124,66 @@ def init_params(cfg, seed):
     return p
 
 
+# ----------------------------------------------------------------------------
+# FP8 linear layers, emulated (--fp8 1): what train_gpt2cu --fp8 1 computes, in the
+# reference's own precision. Each operand is scaled so that its amax lands on the format's
+# largest value (per tensor, current scaling), rounded to the format's grid (round to
+# nearest even, saturating) and scaled back; the products are then exact. Forward: x and W
+# in E4M3; backward: the output gradient in E5M2 against the quantized W and x. Bias
+# gradients use the gradient as it is (the trainer sums them in bf16 from the unquantized
+# gradient). Written from the format's definition (docs/fp8.md), with no float8 dtype, so
+# it runs on any PyTorch.
+
+FP8_E4M3 = (3, -6, 448.0)       # mantissa bits, smallest normal exponent, largest value
+FP8_E5M2 = (2, -14, 57344.0)
+
+
+def fp8_round(t, fmt):
+    """t rounded to the FP8 format's values: nearest, ties to even, saturating at +-max."""
+    mbits, emin, fmax = fmt
+    t = t.clamp(-fmax, fmax)
+    _, e = torch.frexp(t)               # |t| = m * 2^e with m in [0.5, 1): floor(log2|t|) = e - 1
+    e = torch.clamp(e - 1, min=emin)    # below the smallest normal: the subnormals' fixed spacing
+    quantum = torch.pow(2.0, (e - mbits).to(t.dtype))
+    return torch.round(t / quantum) * quantum  # round() is half to even; powers of two are exact
+
+
+def fp8_quantize(t, fmt):
+    """t through FP8 with a per-tensor scale from its amax (an all-zero tensor stays zero)."""
+    amax = t.detach().abs().max()
+    if not torch.isfinite(amax) or amax == 0:
+        return t
+    scale = fmt[2] / amax
+    return fp8_round(t * scale, fmt) / scale
+
+
+class Fp8Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xq, wq = fp8_quantize(x, FP8_E4M3), fp8_quantize(w, FP8_E4M3)
+        ctx.save_for_backward(xq, wq)
+        ctx.has_bias = b is not None
+        return F.linear(xq, wq, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        xq, wq = ctx.saved_tensors
+        gq = fp8_quantize(g, FP8_E5M2)
+        dx = gq @ wq
+        dw = gq.reshape(-1, gq.shape[-1]).t() @ xq.reshape(-1, xq.shape[-1])
+        db = g.reshape(-1, g.shape[-1]).sum(0) if ctx.has_bias else None
+        return dx, dw, db
+
+
 class GPT2(nn.Module):
     """GPT-2. The per-layer tensors of the checkpoint (ln1w, qkvw, ...) are held as one
     Parameter per layer (ParameterLists), so each layer's gradient is its own tensor;
     checkpoint_pieces() gives them back in checkpoint order."""
 
-    def __init__(self, cfg, params):
+    def __init__(self, cfg, params, fp8=False):
         super().__init__()
         self.cfg = cfg
+        self.linear = (lambda x, w, b=None: Fp8Linear.apply(x, w, b)) if fp8 else F.linear
         shapes = cfg.shapes()
         for name in PARAM_NAMES:
             t = params[name]
@@ -158,20 +210,20 @@ class GPT2(nn.Module):
         for l in range(cfg.L):
             # attention: qkv along the 3C dim is [q | k | v], each split into H heads of hs
             h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], LN_EPS)
-            q, k, v = F.linear(h, self.qkvw[l], self.qkvb[l]).split(C, dim=-1)
+            q, k, v = self.linear(h, self.qkvw[l], self.qkvb[l]).split(C, dim=-1)
             q = q.view(B, T, H, hs).transpose(1, 2)  # (B, H, T, hs)
             k = k.view(B, T, H, hs).transpose(1, 2)
             v = v.view(B, T, H, hs).transpose(1, 2)
             att = (q @ k.transpose(-2, -1)) * scale
             att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
-            x = x + F.linear(y, self.attprojw[l], self.attprojb[l])
+            x = x + self.linear(y, self.attprojw[l], self.attprojb[l])
             # MLP
             h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], LN_EPS)
-            h = F.gelu(F.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")
-            x = x + F.linear(h, self.fcprojw[l], self.fcprojb[l])
+            h = F.gelu(self.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")
+            x = x + self.linear(h, self.fcprojw[l], self.fcprojb[l])
         x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, LN_EPS)
-        logits = F.linear(x, self.wte[:cfg.V])  # tied lm_head, real vocabulary only
+        logits = self.linear(x, self.wte[:cfg.V])  # tied lm_head, real vocabulary only
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, cfg.V), targets.reshape(-1))
@@ -528,6 +580,9 @@ def parse_args(argv=None):
     g.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="compute precision (files are always fp32)")
     g.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for PyTorch")
+    g.add_argument("--fp8", type=int, choices=[0, 1], default=0,
+                   help="1: the linear layers' operands through FP8 as train_gpt2cu --fp8 1 (E4M3 forward, E5M2 "
+                        "gradients, per-tensor current scaling), emulated")
     g.add_argument("--out-dir", required=True, help="output directory (created)")
     args = p.parse_args(argv)
 
@@ -610,8 +665,10 @@ def main(argv=None):
     x_cpu = tokens[:-1].view(B, T)
     y_cpu = tokens[1:].view(B, T)
 
-    print("gpt2_ref: torch %s, device %s, dtype %s, threads %d" % (torch.__version__, device, args.dtype,
-                                                                    torch.get_num_threads()))
+    print("gpt2_ref: torch %s, device %s, dtype %s, threads %d%s" % (torch.__version__, device, args.dtype,
+                                                                      torch.get_num_threads(),
+                                                                      ", linear layers through FP8 (emulated)"
+                                                                      if args.fp8 else ""))
     print("model %s, %d parameters, from %s; batch B=%d T=%d from %s"
           % (cfg, cfg.num_params(), source, B, T, batch_src))
 
@@ -622,7 +679,7 @@ def main(argv=None):
     write_checkpoint(os.path.join(args.out_dir, "model_bf16.bin"), cfg, params, bf16=True)
     t_write = time.time() - t0
 
-    model = GPT2(cfg, {k: v.to(dtype) for k, v in params.items()}).to(device)
+    model = GPT2(cfg, {k: v.to(dtype) for k, v in params.items()}, fp8=bool(args.fp8)).to(device)
     del params
     x, y = x_cpu.to(device), y_cpu.to(device)
     named = list(model.named_parameters())

@@ -318,6 +318,46 @@ def test_bf16_rounding():
     check(ok and rel <= 2 ** -8, "bf16 rounding is not round-to-nearest-even")
 
 
+def fp8_values(mbits, ebits, bias, finite_codes):
+    """Every non-negative value of an FP8 format, from its bit fields (independently of
+    gpt2_ref.fp8_round): finite_codes of the 2^(ebits + mbits) magnitudes are finite."""
+    out = []
+    for c in range(finite_codes):
+        e, m = c >> mbits, c & ((1 << mbits) - 1)
+        out.append(m * 2.0 ** (1 - bias - mbits) if e == 0 else (1 + m / 2.0 ** mbits) * 2.0 ** (e - bias))
+    return out
+
+
+def test_fp8_rounding():
+    # E4M3: codes 0x00-0x7E are its non-negative values (0x7F is NaN); E5M2: 0x00-0x7B (then inf, NaN)
+    for name, fmt, vals in (("E4M3", ref.FP8_E4M3, fp8_values(3, 4, 7, 127)),
+                            ("E5M2", ref.FP8_E5M2, fp8_values(2, 5, 15, 124))):
+        v = torch.tensor(vals, dtype=torch.float64)
+        check(v[-1].item() == fmt[2], "%s: largest value %g, format max %g" % (name, v[-1].item(), fmt[2]))
+        both = torch.cat([v, -v])
+        check(torch.equal(ref.fp8_round(both, fmt), both), "%s: a representable value moved" % name)
+        # midpoints round to the neighbour with an even mantissa (even code); a hair off them, to the nearer
+        lo, hi = v[:-1], v[1:]
+        mid = (lo + hi) / 2
+        even_hi = torch.arange(1, len(vals)) % 2 == 0
+        want = torch.where(even_hi, hi, lo)
+        check(torch.equal(ref.fp8_round(mid, fmt), want), "%s: ties not to even" % name)
+        eps = (hi - lo) * 1e-6
+        check(torch.equal(ref.fp8_round(mid - eps, fmt), lo) and torch.equal(ref.fp8_round(mid + eps, fmt), hi),
+              "%s: not rounded to the nearer value" % name)
+        check(torch.equal(ref.fp8_round(torch.tensor([1e9, -1e9, fmt[2] * 1.06]), fmt).double(),
+                          torch.tensor([fmt[2], -fmt[2], fmt[2]])), "%s: no saturation at +-max" % name)
+        print("  %s: %d values fixed, %d ties to even, saturation at %g" % (name, 2 * len(vals), len(mid), fmt[2]))
+    # the emulated FP8 model against the exact one at a tiny shape: close, not equal
+    cfg = ref.Config(2, 4, 64, 32, 300)
+    P = ref.init_params(cfg, 3)
+    idx, tgt = tiny_batch(cfg, 2, 16, 3)
+    l32 = ref.GPT2(cfg, P)(idx, tgt)[1].item()
+    l8 = ref.GPT2(cfg, P, fp8=True)(idx, tgt)[1].item()
+    print("  tiny model: loss %.6f exact, %.6f through FP8" % (l32, l8))
+    check(l8 != l32 and abs(l8 - l32) / l32 < 1e-2, "FP8 loss %g against %g" % (l8, l32))
+
+
 SMALL = ["--layers", 2, "--heads", 4, "--channels", 64, "--max-seq-len", 64, "--vocab-size", 1000,
          "--batch", 2, "--seq-len", 16, "--steps", 3, "--seed", 5]
 
@@ -579,7 +619,7 @@ def main():
     torch.set_num_threads(os.cpu_count())
     TMP = tempfile.mkdtemp(prefix="test_gpt2_ref_")
     tests = [test_init_loss, test_forward_vs_naive, test_grad_fd, test_adamw_vs_torch, test_fp32_vs_fp64,
-             test_bf16_rounding, test_cli_roundtrip, test_debug_state_layout, test_hf_load, test_data_shard,
+             test_bf16_rounding, test_fp8_rounding, test_cli_roundtrip, test_debug_state_layout, test_hf_load, test_data_shard,
              test_cli_errors]
     if args.device == "cuda":
         tests.append(lambda: test_cuda("cuda"))
