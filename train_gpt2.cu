@@ -1088,6 +1088,11 @@ static void update_launches(void *ctx) {
         gpt2_adamw_range(ctx, 0, model->zl.shard_elems, model->master, model->m, model->v);
     // on one rank the parameters are final here, so the FP8 casts join the update's graph
     if (model->zl.world == 1) gpt2_fp8_weights(model);
+    if (model->fp8 && model->f8.delayed && gpt2_distributed(model)) {  // every rank the same scales
+        comm_after_compute(model);
+        comm_allreduce_max_f32(model->comm, model->f8.scalars, fp8_linear_scalar_count(&model->f8));
+        compute_after_comm(model);
+    }
     if (model->fp8) fp8_linear_roll(&model->f8, s);  // the step's amaxes into the histories (delayed)
 }
 
@@ -1499,8 +1504,8 @@ int main(int argc, char **argv) {
                                "(the lm_head)");
     specs[nspecs++] = arg_spec(NULL, "--fp8-scaling", ARG_STRING, &fp8_scaling_text,
                                "with --fp8 1, the inputs' and gradients' scales: current (each tensor's own amax, "
-                               "one more pass over it) or delayed (the last 16 steps' amaxes, kept in the "
-                               "checkpoint; one rank)");
+                               "one more pass over it) or delayed (the last 16 steps' amaxes over all ranks, kept "
+                               "in the checkpoint)");
     specs[nspecs++] = arg_spec(NULL, "--profile", ARG_SWITCH, &profile,
                                "1: time each phase of the step with CUDA events, print a table at the end");
     specs[nspecs++] =
@@ -1540,9 +1545,6 @@ int main(int argc, char **argv) {
     if (cuda_graph && profile) fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events "
                                      "inside the step; use one or the other");
     const int fp8_layers = fp8_layers_arg(fp8, fp8_layers_text), fp8_delayed = fp8_delayed_arg(fp8_scaling_text);
-    if (fp8_layers && fp8_delayed && pg.world > 1)
-        fatal("--fp8-scaling delayed runs on one rank (each rank's amax histories would differ, and one state file "
-              "holds rank 0's); %d ranks: use --fp8-scaling current", pg.world);
     if (cuda_graph && pg.world > 1)
         fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
               "--cuda-graph 0", pg.world);

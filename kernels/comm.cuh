@@ -385,6 +385,24 @@ static void comm_allgather(Comm *c, const floatX *chunk_in, floatX *out, size_t 
 #endif
 }
 
+// buf[n] (fp32, device) = the largest over ranks, element by element, in place: a few
+// floats (FP8's amaxes). A max has no summation order to fix, so MPI's own reduction serves.
+static void comm_allreduce_max_f32(Comm *c, float *buf, size_t n) {
+    if (c->world == 1 || n == 0) return;
+    if (c->backend == COMM_BACKEND_NCCL) {
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, c->nccl, c->stream));
+        return;
+    }
+#ifdef USE_MPI
+    size_t bytes = n * sizeof(float);
+    comm_grow_pinned(c, &c->host_in, &c->host_in_bytes, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(c->host_in, buf, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    MPI_Allreduce(MPI_IN_PLACE, c->host_in, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+    CUDA_CHECK(cudaMemcpyAsync(buf, c->host_in, bytes, cudaMemcpyHostToDevice, c->stream));
+#endif
+}
+
 // buf[n] (fp32, device) = the sum over ranks, in place: a few floats such as the loss or
 // the squared gradient norm
 static void comm_allreduce_sum_f32(Comm *c, float *buf, size_t n) {

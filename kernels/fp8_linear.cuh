@@ -142,6 +142,12 @@ __global__ void fp8_roll_kernel(float *scalars, float *hist, int *pos, int nsite
     if (threadIdx.x == 0) *pos += 1;
 }
 
+// Floats of the scalars (scale, dequantization factor, amax per site and operand): with
+// several ranks the caller takes their largest over the ranks before the roll, so that
+// every rank's histories and scales stay the same (the scales and weights' slots already
+// agree; the inputs' and gradients' amaxes become the global ones)
+static size_t fp8_linear_scalar_count(const Fp8Linear *f) { return (size_t)f->nsites * FP8_OPS * FP8_SLOTS; }
+
 // Enqueues the roll (delayed scaling only); the caller marks f->rolled once it is enqueued
 // for good (a CUDA graph replays it without this function running)
 static void fp8_linear_roll(const Fp8Linear *f, cudaStream_t s) {

@@ -209,6 +209,34 @@ static void case_allreduce(size_t n, int f32, const char *label) {
     free(mine); free(x); free(got); free(contract); free(want); free(absum); free(s32);
 }
 
+// all-reduce max of n fp32 (comm_allreduce_max_f32: FP8's amaxes): exact, every rank the
+// same bits, the largest of the ranks' inputs element by element
+static void case_allreduce_max(size_t n, const char *label) {
+    const int W = g_pg.world, me = g_pg.rank;
+    float *mine = (float *)xmalloc((n + 1) * sizeof(float)), *x = (float *)xmalloc((n + 1) * sizeof(float));
+    float *want = (float *)xmalloc((n + 1) * sizeof(float)), *got = (float *)xmalloc((n + 1) * sizeof(float));
+    for (int r = 0; r < W; r++) {
+        rank_input(r, x, n);
+        if (r == me) memcpy(mine, x, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) want[i] = r == 0 || x[i] > want[i] ? x[i] : want[i];
+    }
+    DevBuf buf = dev_alloc(n * sizeof(float));
+    upload(buf.p, mine, n * sizeof(float));
+    comm_allreduce_max_f32(&g_comm, (float *)buf.p, n);
+    sync_comm();
+    download(got, buf.p, n * sizeof(float));
+    Measure m;
+    measure_init(&m);
+    for (size_t i = 0; i < n; i++) measure_add(&m, got[i], want[i]);
+    check_guards(&buf, "all-reduce max");
+    m.ranks_same = same_on_all_ranks(hash_bytes(got, n * sizeof(float)));
+    char name[96];
+    snprintf(name, sizeof name, "allreduce_max_f32 n=%zu%s", n, label);
+    finish_case(name, m, 0.0);
+    dev_free(&buf);
+    free(mine); free(x); free(want); free(got);
+}
+
 static void case_reduce_scatter(size_t chunk, int in_place, const char *label) {
     const int W = g_pg.world, me = g_pg.rank;
     size_t total = (size_t)W * chunk, bytes = chunk * sizeof(floatX);
@@ -322,6 +350,7 @@ static void run_cases(const char *label) {
     case_allgather(1000003, 1, label);
     const size_t small[] = {1, 2, 7, 1000, 65537};
     for (int i = 0; i < 5; i++) case_allreduce<float>(small[i], 1, label);
+    for (int i = 0; i < 5; i++) case_allreduce_max(small[i], label);
     if (g_comm.backend == COMM_BACKEND_MPI) {
         // the cut of long buffers into several MPI exchanges (normally COMM_MPI_PIECE
         // elements), including pieces shorter than the number of ranks

@@ -138,8 +138,6 @@ if [ -x ./train_gpt2cu ]; then
     export GPT2_NCCL_ID_FILE=$W/nccl_id
     expect_error "total batch not a multiple of B*T*ranks" "B*T*ranks" $SMALL -d 32
     expect_error "--cuda-graph with several ranks" "--cuda-graph 1 runs on one rank" $SMALL -d 64 --cuda-graph 1
-    expect_error "--fp8-scaling delayed with several ranks" "--fp8-scaling delayed runs on one rank" $SMALL -d 64 \
-        --fp8 1 --fp8-scaling delayed
     export WORLD_SIZE=3
     expect_error "ZeRO slices that do not split over the ranks" "-z 1 with 3 ranks" $SMALL -d 96 -z 1
     export WORLD_SIZE=2 RANK=2
