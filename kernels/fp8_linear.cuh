@@ -199,11 +199,13 @@ static int fp8_linear_state_set(Fp8Linear *f, const float *in) {
 static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) { return fp8_rows_per_chunk(f->cap, width, N); }
 
 // Whether the site can run in FP8 at N rows: cuBLASLt's FP8 kernels need every dimension a
-// multiple of 16, and a chunk at least 16 rows (the caller falls back to bf16 where not,
-// forward and backward alike)
+// multiple of 16, and a chunk at least 16 rows; the transposing casts take all N rows in one
+// grid of at most 65535 tiles of 64 (the caller falls back to bf16 where not, forward and
+// backward alike)
 static int fp8_linear_fits(const Fp8Linear *f, int site, int N) {
     int OC = f->oc[site], C = f->c[site];
-    return N % 16 == 0 && OC % 16 == 0 && C % 16 == 0 && fp8_chunk_rows(f, OC > C ? OC : C, N) >= 16;
+    return N % 16 == 0 && N <= 65535 * 64 && OC % 16 == 0 && C % 16 == 0 &&
+           fp8_chunk_rows(f, OC > C ? OC : C, N) >= 16;
 }
 
 // The site's weight W (OC x C, bf16) to its FP8 copies, after every change of the weights
@@ -252,7 +254,10 @@ static int fp8_dweight_plan(const Fp8Linear *f, int site, int N, int *slice) {
         return FP8_DW_OUT_SLICES;
     }
     if (fp8_chunk_rows(f, N, OC) == OC) {
+        // slices start at dweight + c0: a multiple of 128 elements keeps each start 256-byte
+        // aligned, as cuBLASLt's algorithm choice assumes (the plan is made for the first slice)
         *slice = fp8_chunk_rows(f, N, C);
+        if (*slice < C && *slice >= 128) *slice = *slice / 128 * 128;
         return FP8_DW_IN_SLICES;
     }
     *slice = fp8_chunk_rows(f, OC > C ? OC : C, N);
