@@ -579,7 +579,7 @@ static void gpt2_build(GPT2 *model, const float *host_params, int B, int T, int 
         fp8_site_shapes(c, model->fp8, oc, cc);
         size_t cap = fp8_buffer_bytes(c, (size_t)B * T);
         fp8_linear_init(&model->f8, n, oc, cc, cap, model->fp8_delayed);
-        model->scratch_bytes += fp8_linear_bytes(n, oc, cc, cap);
+        model->scratch_bytes += fp8_plan_bytes(c, model->fp8, (size_t)B * T);  // as the plan counts it
         free(oc);
         free(cc);
         gpt2_fp8_weights(model);
@@ -997,7 +997,7 @@ static void gpt2_tune_matmuls(GPT2 *model) {
 static void gpt2_reduce_loss(GPT2 *model, float *loss) {
     if (!gpt2_distributed(model)) return;
     comm_after_compute(model);
-    comm_allreduce_sum_f32(model->comm, loss, 1);
+    comm_allreduce_f32(model->comm, loss, 1, COMM_SUM);
     compute_after_comm(model);
 }
 
@@ -1077,7 +1077,7 @@ static void update_launches(void *ctx) {
     grad_sumsq_total(model->info, partials, nparts, s);
     if (model->zl.world > 1) {  // each rank summed its chunks: add the ranks' sums
         comm_after_compute(model);
-        comm_allreduce_sum_f32(model->comm, model->info + INFO_SUMSQ, 1);
+        comm_allreduce_f32(model->comm, model->info + INFO_SUMSQ, 1, COMM_SUM);
         compute_after_comm(model);
     }
     grad_norm_finish(model->info, r->h->grad_clip, &model->adamw_step.dev->inv_scale, s);
@@ -1090,7 +1090,7 @@ static void update_launches(void *ctx) {
     if (model->zl.world == 1) gpt2_fp8_weights(model);
     if (model->fp8 && model->f8.delayed && gpt2_distributed(model)) {  // every rank the same scales
         comm_after_compute(model);
-        comm_allreduce_max_f32(model->comm, model->f8.scalars, fp8_linear_scalar_count(&model->f8));
+        comm_allreduce_f32(model->comm, model->f8.scalars, fp8_linear_scalar_count(&model->f8), COMM_MAX);
         compute_after_comm(model);
     }
     if (model->fp8) fp8_linear_roll(&model->f8, s);  // the step's amaxes into the histories (delayed)
@@ -1163,7 +1163,7 @@ static void next_logits(void *m, const int *ids, int n, float *logits) {
 // Every rank has reached this point (collective; nothing to do for one rank).
 static void gpt2_barrier(GPT2 *model) {
     if (!gpt2_distributed(model)) return;
-    comm_allreduce_sum_f32(model->comm, model->info + INFO_BARRIER, 1);
+    comm_allreduce_f32(model->comm, model->info + INFO_BARRIER, 1, COMM_SUM);
     CUDA_CHECK(cudaStreamSynchronize(model->comm->stream));
 }
 

@@ -16,6 +16,7 @@
 #include <nccl.h>
 
 enum { COMM_BACKEND_NONE = 0, COMM_BACKEND_NCCL = 1, COMM_BACKEND_MPI = 2 };
+typedef enum { COMM_SUM, COMM_MAX } CommOp;  // comm_allreduce_f32's reduction
 
 // Elements per MPI exchange: MPI counts and displacements are int, and the pageable
 // scratch of an exchange grows with it (world * piece elements at most).
@@ -244,13 +245,19 @@ static void comm_mpi_allgather_host(Comm *c, const T *in, T *out, size_t chunk) 
 // blocks the host), and the copy back is left queued on c->stream. The pinned buffers are
 // written by the host only after that synchronisation, so no copy still in flight from an
 // earlier call can read them half-written.
+// A max has no summation order to fix, so MPI's own reduction serves it (fp32 only).
 template <typename T>
-static void comm_mpi_allreduce(Comm *c, T *buf, size_t n) {
+static void comm_mpi_allreduce(Comm *c, T *buf, size_t n, CommOp op = COMM_SUM) {
     size_t bytes = n * sizeof(T);
     comm_grow_pinned(c, &c->host_in, &c->host_in_bytes, bytes);
     CUDA_CHECK(cudaMemcpyAsync(c->host_in, buf, bytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    comm_mpi_allreduce_host(c, (T *)c->host_in, n);
+    if (op == COMM_MAX) {
+        if (!std::is_same<T, float>::value) fatal("internal: an all-reduce max of other than fp32");
+        MPI_Allreduce(MPI_IN_PLACE, c->host_in, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+    } else {
+        comm_mpi_allreduce_host(c, (T *)c->host_in, n);
+    }
     CUDA_CHECK(cudaMemcpyAsync(buf, c->host_in, bytes, cudaMemcpyHostToDevice, c->stream));
 }
 
@@ -385,33 +392,15 @@ static void comm_allgather(Comm *c, const floatX *chunk_in, floatX *out, size_t 
 #endif
 }
 
-// buf[n] (fp32, device) = the largest over ranks, element by element, in place: a few
-// floats (FP8's amaxes). A max has no summation order to fix, so MPI's own reduction serves.
-static void comm_allreduce_max_f32(Comm *c, float *buf, size_t n) {
+// buf[n] (fp32, device) = the sum (COMM_SUM) or the element-wise largest (COMM_MAX) over
+// ranks, in place: a few floats such as the loss, the squared gradient norm, FP8's amaxes
+static void comm_allreduce_f32(Comm *c, float *buf, size_t n, CommOp op) {
     if (c->world == 1 || n == 0) return;
     if (c->backend == COMM_BACKEND_NCCL) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, c->nccl, c->stream));
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, op == COMM_MAX ? ncclMax : ncclSum, c->nccl, c->stream));
         return;
     }
 #ifdef USE_MPI
-    size_t bytes = n * sizeof(float);
-    comm_grow_pinned(c, &c->host_in, &c->host_in_bytes, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(c->host_in, buf, bytes, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    MPI_Allreduce(MPI_IN_PLACE, c->host_in, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-    CUDA_CHECK(cudaMemcpyAsync(buf, c->host_in, bytes, cudaMemcpyHostToDevice, c->stream));
-#endif
-}
-
-// buf[n] (fp32, device) = the sum over ranks, in place: a few floats such as the loss or
-// the squared gradient norm
-static void comm_allreduce_sum_f32(Comm *c, float *buf, size_t n) {
-    if (c->world == 1 || n == 0) return;
-    if (c->backend == COMM_BACKEND_NCCL) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, c->stream));
-        return;
-    }
-#ifdef USE_MPI
-    comm_mpi_allreduce(c, buf, n);
+    comm_mpi_allreduce(c, buf, n, op);
 #endif
 }

@@ -156,7 +156,7 @@ static void finish_case(const char *name, Measure m, double tol) {
 // ---------------------------------------------------------------------------
 // the cases
 
-// all-reduce of n elements of T (floatX, or fp32 through comm_allreduce_sum_f32)
+// all-reduce of n elements of T (floatX, or fp32 through comm_allreduce_f32)
 template <typename T>
 static void case_allreduce(size_t n, int f32, const char *label) {
     const int W = g_pg.world, me = g_pg.rank;
@@ -182,7 +182,7 @@ static void case_allreduce(size_t n, int f32, const char *label) {
     measure_init(&m);
     for (int rep = 0; rep < 2; rep++) {
         upload(buf.p, mine, n * sizeof(T));  // in place: the input is the only thing to poison it with
-        if (f32) comm_allreduce_sum_f32(&g_comm, (float *)buf.p, n);
+        if (f32) comm_allreduce_f32(&g_comm, (float *)buf.p, n, COMM_SUM);
         else comm_allreduce_sum(&g_comm, (floatX *)buf.p, n);
         sync_comm();
         download(got, buf.p, n * sizeof(T));
@@ -209,7 +209,7 @@ static void case_allreduce(size_t n, int f32, const char *label) {
     free(mine); free(x); free(got); free(contract); free(want); free(absum); free(s32);
 }
 
-// all-reduce max of n fp32 (comm_allreduce_max_f32: FP8's amaxes): exact, every rank the
+// all-reduce max of n fp32 (comm_allreduce_f32 COMM_MAX: FP8's amaxes): exact, every rank the
 // same bits, the largest of the ranks' inputs element by element
 static void case_allreduce_max(size_t n, const char *label) {
     const int W = g_pg.world, me = g_pg.rank;
@@ -222,7 +222,7 @@ static void case_allreduce_max(size_t n, const char *label) {
     }
     DevBuf buf = dev_alloc(n * sizeof(float));
     upload(buf.p, mine, n * sizeof(float));
-    comm_allreduce_max_f32(&g_comm, (float *)buf.p, n);
+    comm_allreduce_f32(&g_comm, (float *)buf.p, n, COMM_MAX);
     sync_comm();
     download(got, buf.p, n * sizeof(float));
     Measure m;
