@@ -318,7 +318,12 @@ static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a
               fp8_format_name(fa), fp8_format_name(fb), m, n, k, bias ? ", bias" : "",
               fast_accum ? ", fast accumulation" : "");
     float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld, &plan->algo,
-                                g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s));
+    cublasStatus_t st = cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld,
+                                       &plan->algo, g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        fatal("cuBLASLt refused the FP8 matmul %s x %s, m=%d n=%d k=%d lda=%d ldb=%d ldd=%d%s%s beta=%g "
+              "(operands aligned to %u, %u, %u bytes): cuBLAS status %d", fp8_format_name(fa), fp8_format_name(fb),
+              m, n, k, lda, ldb, ldd, bias ? ", bias" : "", fast_accum ? ", fast accumulation" : "", beta,
+              operand_alignment(A), operand_alignment(B), operand_alignment(D), (int)st);
     lt_call_destroy(&c);
 }

@@ -50,6 +50,7 @@ static void matmul_free(void) {
 typedef struct {
     int m, n, k, ta, tb, lda, ldb, ldd, epi, has_bias, beta_nonzero;
     int variant;  // 0: floatX operands (matmul_lt); else the FP8 operand formats and accumulation (kernels/fp8.cuh)
+    int align_a, align_b, align_d;  // operand_alignment of A, B, D: set by matmul_plan_choose
     int ok;
     cublasLtMatmulAlgo_t algo;
 } MatmulPlan;
@@ -63,7 +64,8 @@ static MatmulPlan *matmul_plan_get(const MatmulPlan *key, int *added) {
         MatmulPlan *p = &g_plans[i];
         if (p->m == key->m && p->n == key->n && p->k == key->k && p->ta == key->ta && p->tb == key->tb &&
             p->lda == key->lda && p->ldb == key->ldb && p->ldd == key->ldd && p->epi == key->epi &&
-            p->has_bias == key->has_bias && p->beta_nonzero == key->beta_nonzero && p->variant == key->variant) {
+            p->has_bias == key->has_bias && p->beta_nonzero == key->beta_nonzero && p->variant == key->variant &&
+            p->align_a == key->align_a && p->align_b == key->align_b && p->align_d == key->align_d) {
             *added = 0;
             return p;
         }
@@ -119,11 +121,29 @@ static void lt_call_destroy(LtCall *c) {
     cublasLtMatmulDescDestroy(c->desc);
 }
 // up to max_algos candidates from cuBLASLt's heuristic, best first; returns how many
-static int lt_call_heuristic(const LtCall *c, cublasLtMatmulHeuristicResult_t *h, int max_algos) {
+// The largest power of two, up to 256, that divides the address. cuBLASLt's heuristic assumes
+// 256-byte aligned operands unless told otherwise, and an algorithm chosen under that
+// assumption refuses a less aligned operand at the call (CUBLAS_STATUS_NOT_SUPPORTED): row
+// chunks and column slices of a buffer start at any multiple of 16 bytes.
+static uint32_t operand_alignment(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
+}
+
+// align_a, align_b, align_d: the operands' alignments in bytes (C is D); 256 for a whole
+// cudaMalloc'd buffer
+static int lt_call_heuristic(const LtCall *c, cublasLtMatmulHeuristicResult_t *h, int max_algos, uint32_t align_a,
+                             uint32_t align_b, uint32_t align_d) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = CUBLASLT_WORKSPACE_BYTES;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const struct { cublasLtMatmulPreferenceAttributes_t attr; uint32_t bytes; } al[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al[i].attr, &al[i].bytes, sizeof al[i].bytes));
     int returned = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cublaslt, c->desc, c->la, c->lb, c->ld, c->ld, pref,
                                                        max_algos, h, &returned);
@@ -165,13 +185,18 @@ static cublasLtMatmulAlgo_t fastest_algo(const LtCall *c, const cublasLtMatmulHe
 // The plan for call c with this key: found, or on the shape's first call made with the
 // heuristic's first choice (or, while g_matmul_tune, the fastest of its candidates, timed
 // by running c on D, A, B); plan->ok is 0 when cuBLASLt offers no algorithm.
-static MatmulPlan *matmul_plan_choose(const MatmulPlan *key, const LtCall *c, floatX *D, const void *A, const void *B,
-                                      float beta, cudaStream_t s) {
+static MatmulPlan *matmul_plan_choose(const MatmulPlan *shape, const LtCall *c, floatX *D, const void *A,
+                                      const void *B, float beta, cudaStream_t s) {
+    MatmulPlan key = *shape;
+    key.align_a = operand_alignment(A);
+    key.align_b = operand_alignment(B);
+    key.align_d = operand_alignment(D);
     int added;
-    MatmulPlan *plan = matmul_plan_get(key, &added);
+    MatmulPlan *plan = matmul_plan_get(&key, &added);
     if (added) {
         cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
-        int na = lt_call_heuristic(c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1);
+        int na = lt_call_heuristic(c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1, key.align_a, key.align_b,
+                                   key.align_d);
         plan->ok = na > 0;
         if (plan->ok) plan->algo = na > 1 ? fastest_algo(c, h, na, D, A, B, beta, s) : h[0].algo;
     }

@@ -262,6 +262,9 @@ static Ref reference(const std::vector<float> &A, const std::vector<float> &B, i
 // (cublasLt.h: "intermediate results will not periodically be promoted"), and a
 // truncating 14-bit running sum over K/32 MMA steps errs by up to about 2^-11.5 of
 // sum |a b| at K = 3072. Hence 2^-11 (promoted) and 2^-8 (fast): 8 times those estimates.
+// Accumulating into D (beta = 1, a weight gradient's +=) rounds twice: an H200 gave errors up
+// to 0.9 ulp of D there (2026-12-05, build/test_fp8), as if the product were rounded to bf16
+// before D is added; 2^-7 |D| is at least one ulp.
 static void check_matmul(const char *what, const Fp8Tensor &ta, bool a_t, const Fp8Tensor &tb, bool b_t, int m, int n,
                          int k, const floatX *dbias, float beta, const std::vector<floatX> *C0, const Ref &ref,
                          int fast) {
@@ -278,7 +281,7 @@ static void check_matmul(const char *what, const Fp8Tensor &ta, bool a_t, const 
     const double eps = fast ? ldexp(1.0, -8) : ldexp(1.0, -11);
     for (size_t o = 0; o < D.size(); o++) {
         double got = to_float(D[o]), err = fabs(got - ref.val[o]);
-        double tol = ldexp(fabs(ref.val[o]), -8) + eps * ref.mag[o] + 1e-30;
+        double tol = ldexp(fabs(ref.val[o]), C0 ? -7 : -8) + eps * ref.mag[o] + 1e-30;
         if (!(err <= tol)) { if (!bad++) first = o; }
         max_err = err == err && max_err == max_err ? std::max(max_err, err) : NAN;
         max_ref = std::max(max_ref, fabs(ref.val[o]));
