@@ -23,7 +23,7 @@
 #
 # Run from the repository root on the GPU machine: scripts/study_speed.sh
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
-# (default dist/gpu/data). TORCH=0 leaves PyTorch out.
+# (default dist/gpu/data). TORCH=0 leaves PyTorch out; WARM=0 skips the compile warm-up.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${BIN:-dist/gpu/bin}
@@ -77,7 +77,32 @@ PYEOF
     echo "torch $row: rc $rc, $(tail -1 "$ROWS" | cut -f3-4)"
 }
 
+# PyTorch's compiled settings (the rows add the loader options, which the compiled graphs do not see)
+C5="--batch 32 --dtype fp32 --attention math --compile reduce-overhead"
+C6="--batch 32 --dtype bf16 --attention math --compile reduce-overhead"
+C7="--batch 32 --dtype fp16 --attention math --compile reduce-overhead"
+C8="--batch 32 --dtype bf16 --attention flash --compile reduce-overhead"
+C9="--batch 32 --dtype bf16 --attention flash --compile full"
+CG="--batch 64 --dtype bf16 --attention flash --compile full"
+# torch.compile's first run of a setting compiles for a minute or more: each compiled setting
+# runs 2 steps first, three at a time, filling the on-disk caches, so that its timed row starts
+# from them and the whole study fits in 10 minutes. WARM=0 leaves this out.
+warm_torch() {
+    [ "$TORCH" = 1 ] && [ "${WARM:-1}" = 1 ] || return 0
+    local i=0 c
+    for c in "$C5" "$C6" "$C7" "$C8" "$C9" "$CG"; do
+        # shellcheck disable=SC2086
+        timeout 300 python3 dev/train_gpt2_torch.py --model d12 --seq-len 1024 --steps 2 --warmup-steps 1 \
+            --data "$SHARDS" $c > "$OUT/warm_$i.log" 2>&1 &
+        i=$((i + 1))
+        [ $((i % 3)) = 0 ] && wait
+    done
+    wait
+    echo "PyTorch's compile caches warmed at ${SECONDS} s"
+}
+
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+warm_torch
 BASE="-f 0 --flash-attention 0 -ge 0 --loader-threads 0 --prefetch 0 --cuda-graph 0"
 ours 1_baseline _fp32 8 1024 $BASE
 torch_row 1_baseline --batch 8 --dtype fp32 --attention math --compile none --loader-workers 0 --pin-memory 0
@@ -89,24 +114,22 @@ torch_row 3_loader_thread --batch 32 --dtype fp32 --attention math --compile non
 ours 4_async_transfer _fp32 32 1024 $L --prefetch 1 --cuda-graph 0
 torch_row 4_async_transfer --batch 32 --dtype fp32 --attention math --compile none --loader-workers 2 --pin-memory 1
 ours 5_cuda_graph _fp32 32 1024 $L --prefetch 1 --cuda-graph 1
-torch_row 5_cuda_graph --batch 32 --dtype fp32 --attention math --compile reduce-overhead --loader-workers 2 \
-    --pin-memory 1
+torch_row 5_cuda_graph $C5 --loader-workers 2 --pin-memory 1
 G="--flash-attention 0 -ge 0 --loader-threads 1 --prefetch 1 --cuda-graph 1"
 ours 6_bf16 "" 32 1024 $G
-torch_row 6_bf16 --batch 32 --dtype bf16 --attention math --compile reduce-overhead --loader-workers 2 --pin-memory 1
+torch_row 6_bf16 $C6 --loader-workers 2 --pin-memory 1
 ours 7_fp16 _fp16 32 1024 $G
-torch_row 7_fp16 --batch 32 --dtype fp16 --attention math --compile reduce-overhead --loader-workers 2 --pin-memory 1
+torch_row 7_fp16 $C7 --loader-workers 2 --pin-memory 1
 ours 8_fused_kernels "" 32 1024 --flash-attention 1 -ge 1 --loader-threads 1 --prefetch 1 --cuda-graph 1
-torch_row 8_fused_kernels --batch 32 --dtype bf16 --attention flash --compile reduce-overhead --loader-workers 2 \
-    --pin-memory 1
+torch_row 8_fused_kernels $C8 --loader-workers 2 --pin-memory 1
 ours 9_full_default "" 32 1024
-torch_row 9_full_default --batch 32 --dtype bf16 --attention flash --compile full
+torch_row 9_full_default $C9
 # --cuda-graph 1 where launches dominate, and where they do not (the default otherwise)
 ours g_b4_t256_eager "" 4 256 --cuda-graph 0
 ours g_b4_t256_graph "" 4 256 --cuda-graph 1
 ours g_b64_t1024_eager "" 64 1024 --cuda-graph 0
 ours g_b64_t1024_graph "" 64 1024 --cuda-graph 1
-torch_row g_b64_t1024_compiled --batch 64 --dtype bf16 --attention flash --compile full
+torch_row g_b64_t1024_compiled $CG
 # the loader thread against reads throttled to 20 ms a batch (GPT2_TEST_READ_DELAY_MS), at
 # B=16 (about 30 ms a step: longer than a read, so a thread reading ahead can hide it), 40
 # steps (the first batch waits for its read either way)
