@@ -33,7 +33,7 @@ TORCH=${TORCH:-1}
 STEPS=14
 mkdir -p "$OUT"
 ROWS="$OUT/rows.tsv"
-: > "$ROWS"
+[ "${TABLE_ONLY:-0}" = 1 ] || : > "$ROWS"
 export PYTHONUNBUFFERED=1
 SHARDS="$DATA/tiny_shakespeare_train_*.bin"
 TR="-i $SHARDS -j $SHARDS -v 0 -s 0 -n 0 -l 1e-4 -x $STEPS"
@@ -101,6 +101,7 @@ warm_torch() {
     echo "PyTorch's compile caches warmed at ${SECONDS} s"
 }
 
+if [ "${TABLE_ONLY:-0}" != 1 ]; then  # else: the table and chart of an existing $OUT/rows.tsv
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 warm_torch
 BASE="-f 0 --flash-attention 0 -ge 0 --loader-threads 0 --prefetch 0 --cuda-graph 0"
@@ -115,47 +116,73 @@ ours 4_async_transfer _fp32 32 1024 $L --prefetch 1 --cuda-graph 0
 torch_row 4_async_transfer --batch 32 --dtype fp32 --attention math --compile none --loader-workers 2 --pin-memory 1
 ours 5_cuda_graph _fp32 32 1024 $L --prefetch 1 --cuda-graph 1
 torch_row 5_cuda_graph $C5 --loader-workers 2 --pin-memory 1
+# from here a step takes under 150 ms: 30 steps, so that the energy counter's window (the
+# 20 steps after the 10th) lasts more than 1 s
 G="--flash-attention 0 -ge 0 --loader-threads 1 --prefetch 1 --cuda-graph 1"
-ours 6_bf16 "" 32 1024 $G
-torch_row 6_bf16 $C6 --loader-workers 2 --pin-memory 1
-ours 7_fp16 _fp16 32 1024 $G
-torch_row 7_fp16 $C7 --loader-workers 2 --pin-memory 1
-ours 8_fused_kernels "" 32 1024 --flash-attention 1 -ge 1 --loader-threads 1 --prefetch 1 --cuda-graph 1
-torch_row 8_fused_kernels $C8 --loader-workers 2 --pin-memory 1
-ours 9_full_default "" 32 1024
-torch_row 9_full_default $C9
+ours 6_bf16 "" 32 1024 $G -x 30
+torch_row 6_bf16 $C6 --loader-workers 2 --pin-memory 1 --steps 30
+ours 7_fp16 _fp16 32 1024 $G -x 30
+torch_row 7_fp16 $C7 --loader-workers 2 --pin-memory 1 --steps 30
+ours 8_fused_kernels "" 32 1024 --flash-attention 1 -ge 1 --loader-threads 1 --prefetch 1 --cuda-graph 1 -x 30
+torch_row 8_fused_kernels $C8 --loader-workers 2 --pin-memory 1 --steps 30
+ours 9_full_default "" 32 1024 -x 30
+torch_row 9_full_default $C9 --steps 30
 # --cuda-graph 1 where launches dominate, and where they do not (the default otherwise)
-ours g_b4_t256_eager "" 4 256 --cuda-graph 0
-ours g_b4_t256_graph "" 4 256 --cuda-graph 1
-ours g_b64_t1024_eager "" 64 1024 --cuda-graph 0
-ours g_b64_t1024_graph "" 64 1024 --cuda-graph 1
-torch_row g_b64_t1024_compiled $CG
+# (300 steps at B=4 T=256: 14 steps of 4 ms are shorter than the energy counter's updates)
+ours g_b4_t256_eager "" 4 256 --cuda-graph 0 -x 300
+ours g_b4_t256_graph "" 4 256 --cuda-graph 1 -x 300
+ours g_b64_t1024_eager "" 64 1024 --cuda-graph 0 -x 30
+ours g_b64_t1024_graph "" 64 1024 --cuda-graph 1 -x 30
+torch_row g_b64_t1024_compiled $CG --steps 30
 # the loader thread against reads throttled to 20 ms a batch (GPT2_TEST_READ_DELAY_MS), at
 # B=16 (about 30 ms a step: longer than a read, so a thread reading ahead can hide it), 40
 # steps (the first batch waits for its read either way)
 GPT2_TEST_READ_DELAY_MS=20 ours stall_20ms_no_thread "" 16 1024 --loader-threads 0 -x 40
 GPT2_TEST_READ_DELAY_MS=20 ours stall_20ms_thread "" 16 1024 --loader-threads 1 -x 40
+fi
 
 python3 - "$ROWS" << 'PYEOF' | tee "$OUT/table.txt"
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 num = lambda v: float(v) if v not in ("-", "", "None") else None
+by = {(r[0], r[1]): r for r in rows}
+# One MFU for both programs: the trainer's figure is against the peak of the row's arithmetic
+# (true fp32: 67 TFLOP/s; bf16 and fp16: 989), PyTorch's script divides by the bf16 peak
+# always. A PyTorch row gets the trainer's MFU per token/s of the same row (same model, same
+# arithmetic) times its own tokens/s.
+same = {"g_b64_t1024_compiled": "g_b64_t1024_eager"}
+for r in rows:
+    o = by.get(("ours", same.get(r[1], r[1])))
+    if r[0] == "pytorch" and o and num(o[3]) and num(o[4]) and num(r[3]):
+        r[4] = "%.1f" % (num(o[4]) * num(r[3]) / num(o[3]))
+# J/step over a timed window shorter than 1 s is the energy counter's granularity, not a
+# figure (on an H200 at its 700 W limit, 4 steps of 112 ms read 800 W, 30 steps of 31 ms 743 W)
+def steps(r):
+    f = r[8].split()
+    for flag in ("-x", "--steps"):
+        if flag in f:
+            return int(f[len(f) - 1 - f[::-1].index(flag) + 1])
+    return 14
+for r in rows:
+    if num(r[2]) and num(r[2]) * (steps(r) - 10) < 1000:
+        r[5] = "-"
 print("GPT-2 124M (d12), one micro-step per step, means over the steps after the 10th")
+print("MFU against the peak of the row's arithmetic (fp32 67, bf16/fp16 989 TFLOP/s), for both programs")
 print("%-8s %-24s %9s %9s %6s %8s %9s %9s" % ("program", "row", "ms/step", "tok/s", "MFU %", "J/step", "peak MiB",
                                               "stall ms"))
 for r in rows:
     print("%-8s %-24s %9s %9s %6s %8s %9s %9s" % tuple(r[:8]))
-by = {(r[0], r[1]): r for r in rows}
 def ratio(a, b):
     x, y = by.get(a), by.get(b)
     return num(x[3]) / num(y[3]) if x and y and num(x[3]) and num(y[3]) else None
+# at B=64 no change is expected: the target is no loss beyond the noise between runs (2%)
 for what, a, b, need in (("--cuda-graph 1 at B=4 T=256", ("ours", "g_b4_t256_graph"), ("ours", "g_b4_t256_eager"), 1.3),
                          ("--cuda-graph 1 at B=64 T=1024", ("ours", "g_b64_t1024_graph"),
-                          ("ours", "g_b64_t1024_eager"), 1.0),
+                          ("ours", "g_b64_t1024_eager"), 0.98),
                          ("the full default against PyTorch compiled at B=64", ("ours", "g_b64_t1024_eager"),
                           ("pytorch", "g_b64_t1024_compiled"), 1.2)):
     x = ratio(a, b)
-    print("%s: %s (target %.1fx): %s" % (what, "%.2fx" % x if x else "-", need,
+    print("%s: %s (target %.2fx): %s" % (what, "%.2fx" % x if x else "-", need,
                                           "met" if x and x >= need else "missed" if x else "not measured"))
 st = by.get(("ours", "stall_20ms_thread"))
 if st:
