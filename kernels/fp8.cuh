@@ -320,6 +320,18 @@ static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a
     float alpha = 1.0f;
     cublasStatus_t st = cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld,
                                        &plan->algo, g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+        // the heuristic's choice refused at the call (it launched nothing, so D is untouched):
+        // the plan keeps the first of its other candidates that runs
+        cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
+        int na = lt_call_heuristic(&c, h, MATMUL_TUNE_CANDIDATES, operand_alignment(A), operand_alignment(B),
+                                   operand_alignment(D));
+        for (int i = 0; i < na && st == CUBLAS_STATUS_NOT_SUPPORTED; i++) {
+            st = cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld, &h[i].algo,
+                                g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
+            if (st == CUBLAS_STATUS_SUCCESS) plan->algo = h[i].algo;
+        }
+    }
     if (st != CUBLAS_STATUS_SUCCESS)
         fatal("cuBLASLt refused the FP8 matmul %s x %s, m=%d n=%d k=%d lda=%d ldb=%d ldd=%d%s%s beta=%g "
               "(operands aligned to %u, %u, %u bytes): cuBLAS status %d", fp8_format_name(fa), fp8_format_name(fb),

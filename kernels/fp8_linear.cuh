@@ -25,8 +25,12 @@
 #include "fp8.cuh"
 
 enum { FP8_OP_W, FP8_OP_X, FP8_OP_G, FP8_OPS };  // weight, input, output gradient
-// per site and operand, in device memory: the scale, its dequantization factor, the amax
-enum { FP8_SCALE, FP8_DEQ, FP8_AMAX, FP8_SLOTS };
+// per site and operand, in device memory: the dequantization factor, the scale, the amax and
+// a pad. On an H200, cuBLASLt refused (status 15, at the call, after its heuristic had offered
+// the algorithm) every FP8 layer's matmul while these factors sat 4 bytes apart, and ran the
+// same products with factors in allocations of their own (build/test_fp8): 16 bytes a group
+// keeps each factor 16-byte aligned.
+enum { FP8_DEQ, FP8_SCALE, FP8_AMAX, FP8_PAD, FP8_SLOTS };
 
 #define FP8_HISTORY 16  // steps of amax history for delayed scaling
 
