@@ -342,6 +342,56 @@ static void test_matmul() {
     }
 }
 
+// (f) the forward as the trainer calls it (bias, fast accumulation, its small N), with the
+// dequantization factors of W and x in one allocation, 16 bytes apart as
+// kernels/fp8_linear.cuh keeps them: on an H200 cuBLASLt refused the trainer's calls while
+// they sat 4 bytes apart. That spacing is tried too and reported as a probe of cuBLASLt (it
+// may refuse it or fall back to another algorithm), not as a check.
+static void test_factor_layout() {
+    printf("(f) matmul_fp8 with the factors in one allocation, as the trainer keeps them\n");
+    struct { int N, C, OC; } shapes[] = {{128, 128, 384}, {256, 768, 2304}, {2048, 256, 768}};
+    float *slots;
+    CUDA_CHECK(cudaMalloc(&slots, 16 * sizeof(float)));
+    for (auto &sh : shapes) {
+        const int N = sh.N, C = sh.C, OC = sh.OC;
+        std::vector<floatX> inp = randn((size_t)N * C, 1.0), W = randn((size_t)OC * C, 0.02), bias = randn(OC, 0.02);
+        floatX *dinp = upload(inp), *dW = upload(W), *dbias = upload(bias);
+        Fp8Tensor qi = make_fp8(dinp, N, C, FP8_E4M3, false), qw = make_fp8(dW, OC, C, FP8_E4M3, false);
+        double si = download1(qi.deq), sw = download1(qw.deq);
+        Ref r = reference(decoded(qw.q, (size_t)OC * C, FP8_E4M3), decoded(qi.q, (size_t)N * C, FP8_E4M3), OC, N, C,
+                          sw * si, &bias, NULL);
+        for (int apart : {4, 1}) {  // floats between the two factors: 16 bytes, then 4
+            CUDA_CHECK(cudaMemcpy(slots, qw.deq, sizeof(float), cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy(slots + apart, qi.deq, sizeof(float), cudaMemcpyDeviceToDevice));
+            Fp8Tensor vw = qw, vi = qi;
+            vw.deq = slots;
+            vi.deq = slots + apart;
+            char what[64];
+            snprintf(what, sizeof what, "N=%d factors %2d B apart", N, 4 * apart);
+            if (apart == 4) {
+                check_matmul(what, vw, false, vi, false, OC, N, C, dbias, 0, NULL, r, 1);
+                continue;
+            }
+            floatX *dD;
+            CUDA_CHECK(cudaMalloc(&dD, (size_t)OC * N * sizeof(floatX)));
+            FatalTrap trap;
+            g_fatal_trap = &trap;
+            if (!setjmp(trap.jump)) {
+                matmul_fp8(dD, vw.q, FP8_E4M3, vw.deq, vi.q, FP8_E4M3, vi.deq, dbias, OC, N, C, C, C, OC, 0.0f, 1, 0);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                printf("  probe, not a check: %s m=%d n=%d k=%d: cuBLASLt ran it\n", what, OC, N, C);
+            } else {
+                printf("  probe, not a check: %s m=%d n=%d k=%d: refused (%s)\n", what, OC, N, C, trap.msg);
+            }
+            g_fatal_trap = NULL;
+            cudaFree(dD);
+        }
+        free_fp8(qi); free_fp8(qw);
+        cudaFree(dinp); cudaFree(dW); cudaFree(dbias);
+    }
+    cudaFree(slots);
+}
+
 // (e) the scale update on the device against fp8.h on the host, bit for bit
 static void test_scale_update() {
     printf("(e) fp8_update_scale against fp8.h's recipe\n");
@@ -391,6 +441,7 @@ int main(int argc, char **argv) {
     test_transpose();
     test_scale_update();
     test_matmul();
+    test_factor_layout();
     matmul_free();
     printf("%d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
