@@ -21,7 +21,9 @@
 #
 # Run from the repository root on the GPU machine: scripts/study_memory.sh
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
-# (default dist/gpu/data). PARTS (default "d48 d24 d12 zero torch"): which groups of rows;
+# (default dist/gpu/data). PARTS (default "d48 d24 d12 zero torch"): which groups of rows
+# (PARTS=budget: only the rows of the budget verdicts and the offload cost, planned at about
+# 5 minutes);
 # TABLE_ONLY=1 prints the table of an existing $OUT/rows.tsv.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -143,6 +145,22 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d12 off_b8_r1 "offload -b 8 -r 1 (4G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 4G
             ours d12 b4 "-b 4 (4G)" 1 3 -b 4 -r 0 --max-device-memory 4G
             ;;
+        budget)
+            # only what the budget verdicts and the offload cost need, so that they come from
+            # one run (planned at about 5 minutes): each model's fastest configuration without offload
+            # (as measured in the full parts), its budget rows, and d12 at B=64 with each mode
+            ours d48 b16 "baseline -b 16" 1 2 -b 16 -r 0
+            ours d48 off_b4_r1 "offload -b 4 -r 1 (16G)" 1 2 -b 4 -r 1 --offload 1 --max-device-memory 16G
+            ours d48 off2_b4_r1 "offload 2 -b 4 -r 1 (16G)" 1 2 -b 4 -r 1 --offload 2 --max-device-memory 16G
+            ours d24 b32 "baseline -b 32" 1 3 -b 32 -r 0
+            ours d24 off_b8_r1 "offload -b 8 -r 1 (8G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 8G
+            ours d24 off2_b8_r1 "offload 2 -b 8 -r 1 (8G)" 1 3 -b 8 -r 1 --offload 2 --max-device-memory 8G
+            ours d12 b64 "baseline -b 64" 1 12 -b 64 -r 0
+            ours d12 b64_r1 "-b 64 -r 1" 1 12 -b 64 -r 1
+            ours d12 off_b64_r1 "offload -b 64 -r 1" 1 12 -b 64 -r 1 --offload 1
+            ours d12 off2_b64_r1 "offload 2 -b 64 -r 1" 1 12 -b 64 -r 1 --offload 2
+            ours d12 off_b8_r1 "offload -b 8 -r 1 (4G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 4G
+            ;;
         zero)
             for model in d24 d48; do
                 b=8
@@ -164,7 +182,7 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             torch_row d48 b4_fsdp_off "-b 4 FSDP CPU offload, checkpointing" --batch 4 --grad-accum 128 --compile none \
                 --fsdp offload --checkpoint blocks
             ;;
-        *) echo "unknown part '$part' (d48 d24 d12 zero torch)"; exit 1 ;;
+        *) echo "unknown part '$part' (d48 d24 d12 zero torch budget)"; exit 1 ;;
         esac
     done
 fi
