@@ -172,6 +172,7 @@ print("%-8s %-24s %9s %9s %6s %8s %9s %9s" % ("program", "row", "ms/step", "tok/
                                               "stall ms"))
 for r in rows:
     print("%-8s %-24s %9s %9s %6s %8s %9s %9s" % tuple(r[:8]))
+print("several GPUs, several nodes: not in this study (one GPU); scripts/bench_multigpu.sh on a machine with several")
 def ratio(a, b):
     x, y = by.get(a), by.get(b)
     return num(x[3]) / num(y[3]) if x and y and num(x[3]) and num(y[3]) else None
