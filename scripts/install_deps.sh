@@ -116,6 +116,8 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
     echo "install_deps.sh: $py -m pip install $*"
     $SUDO "$py" -m pip install -q $pip_flags "$@" 2>&1 | grep -v 'WARNING: Running pip as' || true
 }
+# what apt brought changes what pip must add: Debian's PyTorch arrives without safetensors
+[ $APT_NEEDED = 1 ] && find_missing
 [ -n "$PIP_NEEDED" ] && pip_install "$PYTHON" $PIP_NEEDED
 [ -n "$TORCH_PIP_NEEDED" ] && pip_install "$TORCH_PY" $TORCH_PIP_NEEDED
 find_missing
