@@ -1404,6 +1404,22 @@ static void trainer_save(void *t, int step1) {
 
 static long pg_sum_cb(const void *ctx, long v) { return pg_sum_long((const ProcessGroup *)ctx, v); }
 
+// Before any large allocation, once the GPU is open: a budget against the card's size, and
+// the plan against the GPU's free memory (the CUDA context and other processes already out
+// of it), so that a run too large for this GPU stops naming settings that fit instead of
+// failing in the middle of its allocations
+static void device_memory_check(const PlanSettings *plan, MemorySetting s, size_t budget, int dev,
+                                const cudaDeviceProp *prop) {
+    char card[300], why[512], what[340], text[256], f[32];
+    snprintf(card, sizeof card, "GPU %d (%s)", dev, prop->name);
+    if (memory_budget_vs_card(budget, prop->totalGlobalMem, card, why, sizeof why)) fatal("%s", why);
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    snprintf(what, sizeof what, "%s has %s free", card, gib_text(f, sizeof f, free_b));
+    DevicePlan d = gpt2_device_plan(plan, s);
+    memory_limit_check(what, free_b, s, device_plan_bytes, plan, device_plan_text(text, sizeof text, &d), 0);
+}
+
 static size_t device_used_bytes(void) {
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -1616,6 +1632,7 @@ int main(int argc, char **argv) {
               prop.major, prop.minor, prop.major, prop.minor);
 #endif
     size_t used0 = device_used_bytes();
+    device_memory_check(&plan, setting, max_memory, dev, &prop);
     Comm comm;
     comm_init(&comm, &pg, pg.world > 1 ? backend : COMM_BACKEND_NONE);
     model.comm = &comm;

@@ -3,7 +3,8 @@
 // touched, so a configuration meant for a smaller card can be checked on any machine.
 // A run that does not fit stops with the settings that would fit: a smaller micro-batch
 // with the same tokens per step, more recomputation, bf16 moments, the optimizer state in
-// host memory, ZeRO over more ranks.
+// host memory, ZeRO over more ranks. Once the GPU is open, the same plan is held against its
+// free memory, and a budget against the card's size.
 #ifndef COMMON_MEMORY_BUDGET_H
 #define COMMON_MEMORY_BUDGET_H
 #include "util.h"
@@ -174,26 +175,45 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
     return found;
 }
 
-// Stops the run when the plan for `now` is over the budget, naming what would fit;
-// otherwise prints the plan beside the budget (verbose).
-static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx,
-                                       const char *breakdown, int verbose) {
+// Stops the run when the plan for `now` is over `limit`, naming what would fit; `what` names
+// the limit at the start of the message ("--max-device-memory 16.00 GiB", or the GPU's free
+// memory). Otherwise prints the plan beside the limit (verbose).
+static inline void memory_limit_check(const char *what, size_t limit, MemorySetting now, MemoryPlanFn plan,
+                                      const void *ctx, const char *breakdown, int verbose) {
     size_t need = plan(ctx, now);
-    char a[32], b[32];
-    if (need != SIZE_MAX && need <= budget) {
-        if (verbose)
-            printf("memory plan: %s of --max-device-memory %s (%s)\n", gib_text(a, sizeof a, need),
-                   gib_text(b, sizeof b, budget), breakdown);
+    char a[32];
+    if (need != SIZE_MAX && need <= limit) {
+        if (verbose) printf("memory plan: %s of %s (%s)\n", gib_text(a, sizeof a, need), what, breakdown);
         return;
     }
     char msg[2048];
-    int n = memory_suggestions(budget, now, plan, ctx, msg, sizeof msg);
-    fatal("--max-device-memory %s: this run needs %s on the device (%s); %s%s", gib_text(b, sizeof b, budget),
-          gib_text(a, sizeof a, need), breakdown,
+    int n = memory_suggestions(limit, now, plan, ctx, msg, sizeof msg);
+    fatal("%s: this run needs %s on the device (%s); %s%s", what, gib_text(a, sizeof a, need), breakdown,
           n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r, --optimizer-state bf16, "
                                      "--offload 1 or ZeRO over up to 8 ranks on its own: combine them, or use a "
                                      "smaller model or more device memory",
           msg);
+}
+
+// --max-device-memory, before the GPU is touched
+static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx,
+                                       const char *breakdown, int verbose) {
+    char what[64], b[32];
+    snprintf(what, sizeof what, "--max-device-memory %s", gib_text(b, sizeof b, budget));
+    memory_limit_check(what, budget, now, plan, ctx, breakdown, verbose);
+}
+
+// Once the GPU is open: a budget above the card's size cannot be the size of the card the run
+// is meant for (a typo, or a card other than this one), and the card's free memory bounds
+// every run, budget or not. Returns the reason a budget is refused (in buf), or NULL.
+static inline const char *memory_budget_vs_card(size_t budget, size_t card_total, const char *card, char *buf,
+                                                size_t cap) {
+    if (!budget || budget <= card_total) return NULL;
+    char a[32], b[32];
+    snprintf(buf, cap, "--max-device-memory %s is more than %s has (%s): give at most that, less about 0.5 GiB for "
+             "the CUDA context, or leave the flag out", gib_text(a, sizeof a, budget), card, gib_text(b, sizeof b,
+             card_total));
+    return buf;
 }
 
 #endif  // COMMON_MEMORY_BUDGET_H

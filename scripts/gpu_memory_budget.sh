@@ -4,7 +4,9 @@
 # against the budget before it touches the GPU; a run that fits trains $STEPS steps and
 # reports its measured peak (cudaMemGetInfo: the GPU's use less its use before the run,
 # the CUDA context left out), which must stay under the budget; a run that does not fit
-# must stop before training, naming settings that fit. Prints one table last: planned,
+# must stop before training, naming settings that fit; so must a run without a budget that
+# does not fit the GPU's free memory, and a budget over the card's size is refused. Prints one
+# table last: planned,
 # measured peak, tokens/s, J/step, and whether the row behaved as the plan said.
 #
 # Run from the repository root on the GPU machine: scripts/gpu_memory_budget.sh
@@ -32,6 +34,8 @@ ROWS=(
     "d48_b8_r1_bf16_34G|-e d48 -b 8 -r 1 --optimizer-state bf16 --max-device-memory 34G"
     "d12_b64_r3_13G|-e d12 -b 64 -r 3 --max-device-memory 13G"
     "d48_b16_r3_bf16_24G|-e d48 -b 16 -r 3 --optimizer-state bf16 --max-device-memory 24G"
+    "d48_b64_r0_nobudget|-e d48 -b 64 -r 0"
+    "d12_b4_r1_200G|-e d12 -b 4 -r 1 --max-device-memory 200G"
 )
 printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' row budget planned peak 'in use' tokens/s J/step verdict > "$OUT/table.txt"
 for row in "${ROWS[@]}"; do
@@ -42,10 +46,16 @@ for row in "${ROWS[@]}"; do
     timeout 300 "$BIN/train_gpt2cu" $flags -t 1024 -x "$STEPS" $TR > "$log" 2>&1
     rc=$?
     budget=$(echo "$flags" | grep -oE 'max-device-memory [0-9.]+G' | awk '{print $2}')
+    if grep -q "is more than" "$log"; then
+        if [ $rc = 1 ] && ! grep -q '^step ' "$log"; then verdict="refused: a budget over the card's size"
+        else verdict="FAIL: a budget over the card's size, but exit $rc or it trained"; fi
+        printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' "$name" "$budget" - - - - - "$verdict" >> "$OUT/table.txt"
+        continue
+    fi
     if grep -q "this run needs" "$log"; then
         planned=$(grep -oE 'needs [0-9.]+ GiB' "$log" | awk '{print $2}')
         if [ $rc = 1 ] && ! grep -q '^step ' "$log" && grep -qE 'settings that fit|nothing fits' "$log"; then
-            verdict="refused before training (plan over budget), as planned"
+            verdict="refused before training ($(grep -oE 'has [0-9.]+ GiB free' "$log" || echo 'plan over the budget'))"
         else verdict="FAIL: refused, but exit $rc or it trained"; fi
         printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' "$name" "$budget" "${planned}G" - - - - "$verdict" >> "$OUT/table.txt"
         continue

@@ -6,7 +6,8 @@
 // bf16 only at the run's ranks and stage and only for a run with fp32 moments, --offload 1 only
 // at the run's ranks, stage and moments and only for a run without it; memory_budget_check
 // returns when the plan fits and otherwise exits through fatal() naming the budget, the need,
-// the breakdown and what fits.
+// the breakdown and what fits; memory_limit_check does the same under the name of another
+// limit (a GPU's free memory); memory_budget_vs_card refuses a budget above the card's size.
 // Random trials use a fresh seed, printed; `test_memory_budget SEED` repeats a run.
 #include "testutil.h"
 #include "../../common/memory_budget.h"
@@ -336,6 +337,15 @@ static void check_child(const char *verbose) {
     fflush(stdout);
 }
 
+// the same plan held against a GPU's free memory instead of a budget
+static void free_memory_child(const char *verbose) {
+    dup2(2, 1);
+    g_plan_now = g_check_now;
+    memory_limit_check("GPU 0 (test card) has 24.00 GiB free", g_check_budget, g_check_now, fake_plan, &g_check_plan,
+                       g_check_breakdown, verbose[0] == '1');
+    fflush(stdout);
+}
+
 // ---------------------------------------------------------------------------------------------
 // hand-written cases
 
@@ -595,6 +605,34 @@ static void test_budget_check(void) {
                    "combine them, or use a smaller model or more device memory");
 }
 
+// the GPU's free memory as the limit: the same search and message, under the GPU's name; and a
+// budget over the card's size refused by name, one at or under it (or none) let through
+static void test_device_limits(void) {
+    g_check_plan = hand_plan;
+    g_check_now = hand_now();
+    g_check_budget = 24 * GIB;
+    expect_failure("24 GiB free", free_memory_child, "0",
+                   "GPU 0 (test card) has 24.00 GiB free: this run needs 50.00 GiB", "settings that fit:", "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB");
+    g_check_budget = 50 * GIB;
+    char *err;
+    int rc = run_child(free_memory_child, "1", &err);
+    CHECK(rc == 0 && strstr(err, "memory plan: 50.00 GiB of GPU 0 (test card) has 24.00 GiB free") != NULL,
+          "a plan that fits the free memory returns: exit status %d, '%s'", rc, err);
+    free(err);
+    char buf[512];
+    const size_t card = (size_t)(139.8 * GIB);
+    CHECK(memory_budget_vs_card(0, card, "GPU 0 (test card)", buf, sizeof buf) == NULL, "no budget refused");
+    CHECK(memory_budget_vs_card(16 * GIB, card, "GPU 0 (test card)", buf, sizeof buf) == NULL, "16 GiB refused");
+    CHECK(memory_budget_vs_card(card, card, "GPU 0 (test card)", buf, sizeof buf) == NULL,
+          "a budget of exactly the card's size refused");
+    const char *why = memory_budget_vs_card(card + 1, card, "GPU 0 (test card)", buf, sizeof buf);
+    CHECK(why && strstr(why, "--max-device-memory 139.80 GiB is more than GPU 0 (test card) has (139.80 GiB)"),
+          "one byte over the card: '%s'", why ? why : "(let through)");
+    why = memory_budget_vs_card(200 * GIB, card, "GPU 0 (test card)", buf, sizeof buf);
+    CHECK(why && strstr(why, "--max-device-memory 200.00 GiB is more than") && strstr(why, "leave the flag out"),
+          "200 GiB on a 139.8 GiB card: '%s'", why ? why : "(let through)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // random trials against the brute force
 
@@ -741,6 +779,7 @@ int main(int argc, char **argv) {
     run_case("suggestions: 2 ranks at ZeRO-1", test_hand_several_ranks);
     run_case("suggestions: --optimizer-state bf16 (hand)", test_hand_optimizer_state);
     run_case("budget check: fits, or fatal() with what fits", test_budget_check);
+    run_case("device limits: free memory, budget > card", test_device_limits);
     run_case("suggestions vs brute force (random)", test_random);
     return test_summary();
 }

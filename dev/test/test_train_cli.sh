@@ -103,7 +103,9 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
-    expect_error "--max-device-memory not a size" "'16X' is not a size" $SMALL --max-device-memory 16X
+    for v in 16X 1X 0 -1 0G; do
+        expect_error "--max-device-memory $v" "'$v' is not a size" $SMALL --max-device-memory $v
+    done
     # the budget is checked against the plan before any GPU work, so a machine without one can
     # check a configuration: GPT-2 124M at B=64 needs ~28 GiB; 16 GiB names -b 32, which fits
     expect_error "a run over --max-device-memory names what fits" "-b 32 (16 micro-steps per step)" -e d12 -b 64 \
