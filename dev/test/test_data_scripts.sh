@@ -29,12 +29,7 @@ NO_NET=http://127.0.0.1:9   # the discard port: connection refused at once
 HF="$NO_NET/datasets"
 HFW="$HF/HuggingFaceFW"
 
-pass=0
-fail=0
-skipped=0
-ok() { echo "ok    $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL  $1"; fail=$((fail + 1)); }
-skip() { echo "skip  $1"; skipped=$((skipped + 1)); }
+. dev/test/testlib.sh
 # check NAME COMMAND...: ok when the command succeeds, else FAIL and its output
 check() {
     local name="$1"; shift
@@ -355,6 +350,4 @@ else
     bad ".ci/run runs more than make test:"; grep -vE '^[[:space:]]*(#|$|set |cd )' .ci/run | sed 's/^/      /'
 fi
 
-echo "$pass passed, $fail failed, $skipped skipped"
-[ "$fail" = 0 ] || exit 1
-[ "$skipped" = 0 ] || exit 77
+test_finish

@@ -11,10 +11,7 @@ set -u
 cd "$(dirname "$0")/../.."
 W=build/test_hellaswag
 rm -rf $W && mkdir -p $W
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); echo "ok   $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL $1"; }
+. dev/test/testlib.sh
 PYTHON=${PYTHON:-python3}
 if [ -z "${PYTHON_TORCH:-}" ]; then
     for p in python3 /usr/bin/python3; do
@@ -132,5 +129,4 @@ EOF
 expect_error "token ids outside the model's vocabulary" "outside the model's vocabulary (1000)" $TR \
     -e $W/small_vocab.bin -t 16 -b 2 -x 1 --check-data 0 -j "" -h 1 --hellaswag-file $W/val.bin
 
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+test_finish

@@ -105,8 +105,7 @@ kill_delay_ms() {
     else echo $(( 1 + (RANDOM * 32768 + RANDOM) % window )); fi
 }
 
-passes=0
-fails=0
+. dev/test/testlib.sh
 for ((trial = 1; trial <= TRIALS; trial++)); do
     d=$W/trial$trial
     mkdir -p $d
@@ -158,12 +157,10 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
     fi
     what="trial $trial: $kills kills${delays:+ (after$delays ms; $in_write inside a checkpoint write)}"
     if [ -z "$why" ]; then
-        passes=$((passes + 1))
-        echo "$what: ok"
+        ok "$what"
         rm -rf $d $d.out $d.log
     else
-        fails=$((fails + 1))
-        echo "$what: FAIL: $why"
+        bad "$what: $why"
         echo "    (the runs' output: $d.out; the run directory: $d, its older checkpoints removed)"
         # keep the newest few checkpoints to look at; the rest only take disk space
         ls $d | grep -E '^(model|state)_[0-9]{8}\.bin$' | sort -t_ -k2 | head -n -6 | sed "s|^|$d/|" | xargs -r rm -f
@@ -171,6 +168,5 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
 done
 
 echo "total $(( ($(now_ms) - t0) / 1000 )) s"
-if [ $fails -eq 0 ]; then rm -rf $W; else echo "(kept: $W)"; fi
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+if [ $TEST_FAILED -eq 0 ]; then rm -rf $W; else echo "(kept: $W)"; fi
+test_finish

@@ -25,9 +25,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --oversubscribe --bind-to none -np"
-passes=0; fails=0
-ok() { passes=$((passes + 1)); echo "ok   $*"; }
-bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+. dev/test/testlib.sh
 
 Q=${QUICK:-0}
 for n in 1 2 4; do
@@ -116,5 +114,4 @@ if [ -n "$va" ] && [ -n "$vb" ] && awk -v a="$va" -v b="$vb" 'BEGIN{d=a-b; if (d
 else bad "ZeRO-1 model file in a 1-GPU run: val loss '$vb' vs '$va'"; fi
 
 for f in "$W"/*.log; do echo "######## $(basename "$f")"; cat "$f"; done > "$OUT/multirank_logs.txt"
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+test_finish

@@ -26,12 +26,7 @@ echo "building $BIN"
 gcc -std=c11 -O1 -g -fopenmp -Wall -Wextra -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -o "$BIN" dev/data/prepro.c || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 
-pass=0
-fail=0
-skipped=0
-ok() { echo "ok    $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL  $1"; fail=$((fail + 1)); }
-skip() { echo "skip  $1"; skipped=$((skipped + 1)); }
+. dev/test/testlib.sh
 
 # run NAME ARGS...: runs prepro quietly, its output in $T/NAME.log; returns its status
 run() {
@@ -413,6 +408,4 @@ else
     bad "build/tokenize DIR: $(cat "$T/tok_dir.log" "$T/make_tokenize.log" 2>/dev/null)"
 fi
 
-echo "$pass passed, $fail failed, $skipped skipped"
-[ "$fail" = 0 ] || exit 1
-[ "$skipped" = 0 ] || exit 77
+test_finish

@@ -8,12 +8,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 DOC=docs/command-line.md
-passed=0
-failed=0
-skipped=0
-ok() { passed=$((passed + 1)); echo "ok    $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL  $*"; }
-skip() { skipped=$((skipped + 1)); echo "skip  $*"; }
+. dev/test/testlib.sh
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
@@ -68,7 +63,4 @@ if [ -x ./train_gpt2 ]; then
     else bad "a block without its end marker: expected exit 2, got $rc"; fi
 fi
 
-echo "$passed passed, $failed failed"
-[ $failed -gt 0 ] && exit 1
-[ $skipped -gt 0 ] && exit 77
-exit 0
+test_finish

@@ -12,10 +12,7 @@ cd "$(dirname "$0")/../.."
 ./dev/data/tinyshakespeare.sh > /dev/null || { echo "data step failed"; exit 1; }
 W=build/test_train_cli
 rm -rf $W && mkdir -p $W
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); echo "ok   $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL $1"; }
+. dev/test/testlib.sh
 
 SMALL="-e l2h2c32t32 -b 2 -t 16 -s 0 -g 4 -v 0"
 
@@ -146,8 +143,7 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "rank outside the world" "RANK=2" $SMALL
     unset WORLD_SIZE RANK GPT2_NCCL_ID_FILE
 else
-    echo "skip ./train_gpt2cu is not built (no nvcc): its command-line checks were not run"
-    skipped=1
+    skip "./train_gpt2cu is not built (no nvcc): its command-line checks were not run"
 fi
 
 # a short run: the loss must fall
@@ -333,6 +329,4 @@ if grep -q 'step 297: outlier loss' $W/spike3.txt && cmp -s $W/straight_model_30
 then ok "-sl resumed at step 290: the same skip, the same final model, a valid metrics.jsonl"
 else bad "-sl resume: $(grep -E 'resumed|outlier' $W/spike3.txt | head -3)"; fi
 
-echo "$passes passed, $fails failed${skipped:+, 1 skipped}"
-[ $fails -eq 0 ] || exit 1
-[ -z "${skipped:-}" ] || exit 77  # run_all.sh counts the run as skipped
+test_finish
