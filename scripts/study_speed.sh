@@ -105,8 +105,10 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then  # else: the table and chart of an existing
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 warm_torch
 BASE="-f 0 --flash-attention 0 -ge 0 --loader-threads 0 --prefetch 0 --cuda-graph 0"
-ours 1_baseline _fp32 8 1024 $BASE
-torch_row 1_baseline --batch 8 --dtype fp32 --attention math --compile none --loader-workers 0 --pin-memory 0
+# (20 steps at B=8: the 10 timed steps last more than the energy counter's 1 s)
+ours 1_baseline _fp32 8 1024 $BASE -x 20
+torch_row 1_baseline --batch 8 --dtype fp32 --attention math --compile none --loader-workers 0 --pin-memory 0 \
+    --steps 20
 ours 2_larger_batch _fp32 32 1024 $BASE
 torch_row 2_larger_batch --batch 32 --dtype fp32 --attention math --compile none --loader-workers 0 --pin-memory 0
 L="-f 0 --flash-attention 0 -ge 0 --loader-threads 1"
@@ -128,9 +130,9 @@ torch_row 8_fused_kernels $C8 --loader-workers 2 --pin-memory 1 --steps 30
 ours 9_full_default "" 32 1024 -x 30
 torch_row 9_full_default $C9 --steps 30
 # --cuda-graph 1 where launches dominate, and where they do not (the default otherwise)
-# (300 steps at B=4 T=256: 14 steps of 4 ms are shorter than the energy counter's updates)
-ours g_b4_t256_eager "" 4 256 --cuda-graph 0 -x 300
-ours g_b4_t256_graph "" 4 256 --cuda-graph 1 -x 300
+# (400 steps at B=4 T=256: the timed window lasts more than 1 s even at 3 ms a step)
+ours g_b4_t256_eager "" 4 256 --cuda-graph 0 -x 400
+ours g_b4_t256_graph "" 4 256 --cuda-graph 1 -x 400
 ours g_b64_t1024_eager "" 64 1024 --cuda-graph 0 -x 30
 ours g_b64_t1024_graph "" 64 1024 --cuda-graph 1 -x 30
 torch_row g_b64_t1024_compiled $CG --steps 30

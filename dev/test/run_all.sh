@@ -137,6 +137,8 @@ run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
 run ncu-step $PYTHON dev/test/test_ncu_step.py
 # the metrics file's checker and plotter
 run plot-metrics $PYTHON dev/test/test_plot_metrics.py
+# the speed and memory studies' tables, verdicts and charts, on made-up rows
+run study-tables ./dev/test/test_study_tables.sh
 # data preparation
 run prepro ./dev/test/test_prepro.sh
 run data-scripts ./dev/test/test_data_scripts.sh
