@@ -6,21 +6,13 @@ dashed lines.
 
     python3 scripts/plot_memory_study.py out/study_memory/rows.tsv docs/img/memory_study.png
 """
-import sys
+import study_plot
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: plot_memory_study.py ROWS.tsv OUT.png")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("error: matplotlib is not installed (pip install matplotlib)")
-    rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-    if not rows or any(len(r) < 13 for r in rows):
-        sys.exit("error: %s: not a study_memory.sh rows file (13 tab-separated fields a line)" % sys.argv[1])
+    rows_path, out_path = study_plot.args("plot_memory_study.py")
+    plt = study_plot.pyplot()
+    rows = study_plot.read_rows(rows_path, 13, "study_memory.sh")
     models = [m for m in ("d48", "d24", "d12") if any(r[1] == m for r in rows)]
     budgets = {"d48": 16, "d24": 8, "d12": 4}
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 7), squeeze=False)
@@ -46,8 +38,8 @@ def main():
         ax.set_title("GPT-2 %s, T=1024, 524,288 tokens/step" % model)
         ax.set_xlim(0, max(values + [budgets[model]]) * 1.45)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=110)
-    print("wrote %s" % sys.argv[2])
+    fig.savefig(out_path, dpi=110)
+    print("wrote %s" % out_path)
 
 
 if __name__ == "__main__":

@@ -6,22 +6,16 @@ beside PyTorch's, for the rows that add one technique at a time (1_baseline .. 9
 """
 import sys
 
+import study_plot
+
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: plot_speed_study.py ROWS.tsv OUT.png")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("error: matplotlib is not installed (pip install matplotlib)")
-    rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-    if not rows or any(len(r) < 9 for r in rows):
-        sys.exit("error: %s: not a study_speed.sh rows file (9 tab-separated fields a line)" % sys.argv[1])
+    rows_path, out_path = study_plot.args("plot_speed_study.py")
+    plt = study_plot.pyplot()
+    rows = study_plot.read_rows(rows_path, 9, "study_speed.sh")
     steps = sorted({r[1] for r in rows if r[1][:1].isdigit()})
     if not steps:
-        sys.exit("error: %s has no study rows (1_baseline ..)" % sys.argv[1])
+        sys.exit("error: %s has no study rows (1_baseline ..)" % rows_path)
 
     def tps(program, row):
         for r in rows:
@@ -44,8 +38,8 @@ def main():
     ax.set_title("GPT-2 124M, T=1024: one technique added per row")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=110)
-    print("wrote %s" % sys.argv[2])
+    fig.savefig(out_path, dpi=110)
+    print("wrote %s" % out_path)
 
 
 if __name__ == "__main__":
