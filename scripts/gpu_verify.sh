@@ -20,10 +20,7 @@ DATA=${DATA:-dist/gpu/data}
 OUT=${OUT:-out/gpu_verify}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT/bench"
-passes=0
-fails=0
-pass() { passes=$((passes + 1)); echo "ok   $*"; }
-fail() { fails=$((fails + 1)); echo "FAIL $*"; }
+. dev/test/testlib.sh
 # summary LOG: the "N passed, M failed" line a test program or script ends with
 summary() { grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -1; }
 
@@ -32,16 +29,16 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         timeout 150 "$BIN/test_attention" > "$OUT/attention.log" 2>&1
         rc=$?
         res=$(summary "$OUT/attention.log")
-        if [ $rc = 0 ] && [[ "$res" == *" 0 failed" ]]; then pass "test_attention: $res"
-        else fail "test_attention: exit $rc, ${res:-no summary line}"; fi
+        if [ $rc = 0 ] && [[ "$res" == *" 0 failed" ]]; then ok "test_attention: $res"
+        else bad "test_attention: exit $rc, ${res:-no summary line}"; fi
     fi
     echo "==== scripts/gpu_check.sh, QUICK=1"
     QUICK=1 BIN="$BIN" DATA="$DATA" OUT="$OUT/check" FLAGS="${FLAGS:-}" timeout 420 bash scripts/gpu_check.sh \
         2>&1 | tee "$OUT/check.log" | sed 's/^/    /'
     rc=${PIPESTATUS[0]}
     res=$(summary "$OUT/check.log")
-    if [ "$rc" = 0 ] && [[ "$res" == *" 0 failed" ]]; then pass "gpu_check.sh QUICK=1: $res"
-    else fail "gpu_check.sh QUICK=1: exit $rc, ${res:-no summary line}"; fi
+    if [ "$rc" = 0 ] && [[ "$res" == *" 0 failed" ]]; then ok "gpu_check.sh QUICK=1: $res"
+    else bad "gpu_check.sh QUICK=1: exit $rc, ${res:-no summary line}"; fi
 fi
 
 echo "==== benchmark (scripts/bench_gpu.sh, d12 B=64)"
@@ -52,8 +49,8 @@ CU=$BIN/train_gpt2cu DATA=$DATA CU_R=${CU_R:-1} CU_ALT=${CU_ALT:-} D24_BATCHES=$
 d12=$(grep -E '^(train_gpt2cu_r[0-9]+(_alt)?|pytorch_d12) +d12 ' "$OUT/bench/table.txt" 2>/dev/null)
 cat "$OUT/bench/table.txt" 2>/dev/null
 if [ -n "$d12" ] && echo "$d12" | grep -q '^pytorch_d12' && ! echo "$d12" | grep -qE ' (failed|skipped)'; then
-    pass "benchmark: every d12 row measured"
-else fail "benchmark: d12 rows missing or failed (bench.log)"; fi
+    ok "benchmark: every d12 row measured"
+else bad "benchmark: d12 rows missing or failed (bench.log)"; fi
 
 TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin"
 # profile LOG TITLE [OPTIONS...]: a --profile 1 run of d12 B=64 -r 1, its phase table printed
@@ -67,12 +64,11 @@ profile() {
     echo "==== profile (d12 B=64 -r 1 $title)"
     grep -E '^(memory|mean over|device memory)' "$OUT/$log"
     sed -n '/^profile:/,/sum of phases/p' "$OUT/$log"
-    if [ $rc = 0 ] && grep -q "sum of phases" "$OUT/$log"; then pass "profile run${title:+ ($title)}"
-    else fail "profile run $title: exit $rc, no phase table ($log)"; fi
+    if [ $rc = 0 ] && grep -q "sum of phases" "$OUT/$log"; then ok "profile run${title:+ ($title)}"
+    else bad "profile run $title: exit $rc, no phase table ($log)"; fi
 }
 profile profile.log "${FLAGS:-}"
 # shellcheck disable=SC2086  # CU_ALT is a list of options
 [ -n "${CU_ALT:-}" ] && profile profile_alt.log "${FLAGS:-} $CU_ALT" $CU_ALT
 rm -f "$OUT/bench/logs.tar.gz"
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+test_finish
