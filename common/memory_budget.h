@@ -204,8 +204,8 @@ static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryP
 }
 
 // Once the GPU is open: a budget above the card's size cannot be the size of the card the run
-// is meant for (a typo, or a card other than this one), and the card's free memory bounds
-// every run, budget or not. Returns the reason a budget is refused (in buf), or NULL.
+// is meant for (a typo, or a card other than this one). Returns the reason it is refused (in
+// buf), or NULL. (The free memory is then held against the plan by memory_limit_check.)
 static inline const char *memory_budget_vs_card(size_t budget, size_t card_total, const char *card, char *buf,
                                                 size_t cap) {
     if (!budget || budget <= card_total) return NULL;
