@@ -262,6 +262,10 @@ static void fp8_require_device(void) {
     ok = 1;
 }
 
+// FP8 plans whose heuristic choice cuBLASLt refused at the call (matmul_fp8 then runs another
+// candidate); test_fp8 reports it
+static int g_fp8_fallbacks = 0;
+
 static void lt_call_create_fp8(LtCall *c, Fp8Format fa, const float *a_deq, Fp8Format fb, const float *b_deq,
                                const floatX *bias, int m, int n, int k, int lda, int ldb, int ldd, int fast_accum) {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -326,16 +330,27 @@ static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a
         cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
         int na = lt_call_heuristic(&c, h, MATMUL_TUNE_CANDIDATES, operand_alignment(A), operand_alignment(B),
                                    operand_alignment(D));
+        int ran = -1;
         for (int i = 0; i < na && st == CUBLAS_STATUS_NOT_SUPPORTED; i++) {
             st = cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld, &h[i].algo,
                                 g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
-            if (st == CUBLAS_STATUS_SUCCESS) plan->algo = h[i].algo;
+            if (st == CUBLAS_STATUS_SUCCESS) { plan->algo = h[i].algo; ran = i; }
         }
+        // Said once per plan (later calls find the candidate that ran): it tells what cuBLASLt
+        // would not run. The plan is shared by every layer of this shape, so the layers before
+        // this one ran the first choice in this step; a run resumed later repeats that in its
+        // first step, so after a fallback a resume is not bit-exact.
+        g_fp8_fallbacks++;
+        fprintf(stderr, "note: cuBLASLt refused its first choice for the FP8 matmul %s x %s, m=%d n=%d k=%d; %s\n",
+                fp8_format_name(fa), fp8_format_name(fb), m, n, k,
+                ran >= 0 ? "another of its candidates runs it" : "none of its candidates runs it");
     }
     if (st != CUBLAS_STATUS_SUCCESS)
         fatal("cuBLASLt refused the FP8 matmul %s x %s, m=%d n=%d k=%d lda=%d ldb=%d ldd=%d%s%s beta=%g "
-              "(operands aligned to %u, %u, %u bytes): cuBLAS status %d", fp8_format_name(fa), fp8_format_name(fb),
-              m, n, k, lda, ldb, ldd, bias ? ", bias" : "", fast_accum ? ", fast accumulation" : "", beta,
-              operand_alignment(A), operand_alignment(B), operand_alignment(D), (int)st);
+              "(A, B, D aligned to %u, %u, %u bytes, the factors to %u, %u, the bias to %u): cuBLAS status %d",
+              fp8_format_name(fa), fp8_format_name(fb), m, n, k, lda, ldb, ldd, bias ? ", bias" : "",
+              fast_accum ? ", fast accumulation" : "", beta, operand_alignment(A), operand_alignment(B),
+              operand_alignment(D), a_deq ? operand_alignment(a_deq) : 0, b_deq ? operand_alignment(b_deq) : 0,
+              bias ? operand_alignment(bias) : 0, (int)st);
     lt_call_destroy(&c);
 }

@@ -27,9 +27,10 @@
 enum { FP8_OP_W, FP8_OP_X, FP8_OP_G, FP8_OPS };  // weight, input, output gradient
 // per site and operand, in device memory: the dequantization factor, the scale, the amax and
 // a pad. On an H200, cuBLASLt refused (status 15, at the call, after its heuristic had offered
-// the algorithm) every FP8 layer's matmul while these factors sat 4 bytes apart, and ran the
-// same products with factors in allocations of their own (build/test_fp8): 16 bytes a group
-// keeps each factor 16-byte aligned.
+// the algorithm) every FP8 layer's matmul while the groups were 3 floats (scale, factor,
+// amax: W's factor 4 bytes past a 16-byte boundary, x's 12 bytes after it), and ran the same
+// products with factors in allocations of their own (build/test_fp8): 16 bytes a group, the
+// factor first, keeps each factor 16-byte aligned.
 enum { FP8_DEQ, FP8_SCALE, FP8_AMAX, FP8_PAD, FP8_SLOTS };
 
 #define FP8_HISTORY 16  // steps of amax history for delayed scaling

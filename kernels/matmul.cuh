@@ -81,6 +81,10 @@ static MatmulPlan *matmul_plan_get(const MatmulPlan *key, int *added) {
     return p;
 }
 
+// Every plan dropped, so that the next call of each shape asks the heuristic again (the tests:
+// a case that must start from cuBLASLt's first choice)
+static void matmul_plans_forget(void) { g_num_plans = 0; }
+
 // One cuBLASLt call's descriptors: D (m x n, col-major, ld ldd) =
 // epilogue(alpha * op(A) op(B) + beta * D [+ bias]), aux the epilogue's GELU input/output.
 typedef struct {

@@ -343,13 +343,18 @@ static void test_matmul() {
 }
 
 // (f) the forward as the trainer calls it (bias, fast accumulation, its small N), with the
-// dequantization factors of W and x in one allocation, 16 bytes apart as
-// kernels/fp8_linear.cuh keeps them: on an H200 cuBLASLt refused the trainer's calls while
-// they sat 4 bytes apart. That spacing is tried too and reported as a probe of cuBLASLt (it
-// may refuse it or fall back to another algorithm), not as a check.
+// dequantization factors of W and x in one allocation as kernels/fp8_linear.cuh keeps them:
+// each at the start of a 16-byte group. On an H200 cuBLASLt refused the trainer's calls when
+// the groups were 3 floats: W's factor 4 bytes past a 16-byte boundary, x's 12 bytes after
+// it. Each layout starts from a fresh plan (the heuristic's first choice), and the line says
+// whether that choice ran or matmul_fp8 fell back to another candidate. The old layout is a
+// probe of cuBLASLt, reported, not a check.
 static void test_factor_layout() {
     printf("(f) matmul_fp8 with the factors in one allocation, as the trainer keeps them\n");
     struct { int N, C, OC; } shapes[] = {{128, 128, 384}, {256, 768, 2304}, {2048, 256, 768}};
+    // floats from the allocation's start to W's and to x's factor: the trainer's groups of 4
+    // (site 0: W at 0, x at 4), then the old groups of 3 (W at 1, x at 4)
+    struct { int w, x; const char *name; } layouts[] = {{0, 4, "16-byte groups"}, {1, 4, "old 12-byte groups"}};
     float *slots;
     CUDA_CHECK(cudaMalloc(&slots, 16 * sizeof(float)));
     for (auto &sh : shapes) {
@@ -360,16 +365,20 @@ static void test_factor_layout() {
         double si = download1(qi.deq), sw = download1(qw.deq);
         Ref r = reference(decoded(qw.q, (size_t)OC * C, FP8_E4M3), decoded(qi.q, (size_t)N * C, FP8_E4M3), OC, N, C,
                           sw * si, &bias, NULL);
-        for (int apart : {4, 1}) {  // floats between the two factors: 16 bytes, then 4
-            CUDA_CHECK(cudaMemcpy(slots, qw.deq, sizeof(float), cudaMemcpyDeviceToDevice));
-            CUDA_CHECK(cudaMemcpy(slots + apart, qi.deq, sizeof(float), cudaMemcpyDeviceToDevice));
+        for (auto &l : layouts) {
+            CUDA_CHECK(cudaMemcpy(slots + l.w, qw.deq, sizeof(float), cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy(slots + l.x, qi.deq, sizeof(float), cudaMemcpyDeviceToDevice));
             Fp8Tensor vw = qw, vi = qi;
-            vw.deq = slots;
-            vi.deq = slots + apart;
+            vw.deq = slots + l.w;
+            vi.deq = slots + l.x;
             char what[64];
-            snprintf(what, sizeof what, "N=%d factors %2d B apart", N, 4 * apart);
-            if (apart == 4) {
+            snprintf(what, sizeof what, "N=%d %s", N, l.name);
+            matmul_plans_forget();
+            int fallbacks0 = g_fp8_fallbacks;
+            if (l.w == 0) {
                 check_matmul(what, vw, false, vi, false, OC, N, C, dbias, 0, NULL, r, 1);
+                printf("    %s\n", g_fp8_fallbacks > fallbacks0 ? "ran after a fallback to another candidate"
+                                                              : "the heuristic's first choice ran");
                 continue;
             }
             floatX *dD;
@@ -379,7 +388,9 @@ static void test_factor_layout() {
             if (!setjmp(trap.jump)) {
                 matmul_fp8(dD, vw.q, FP8_E4M3, vw.deq, vi.q, FP8_E4M3, vi.deq, dbias, OC, N, C, C, C, OC, 0.0f, 1, 0);
                 CUDA_CHECK(cudaDeviceSynchronize());
-                printf("  probe, not a check: %s m=%d n=%d k=%d: cuBLASLt ran it\n", what, OC, N, C);
+                printf("  probe, not a check: %s m=%d n=%d k=%d: %s\n", what, OC, N, C,
+                       g_fp8_fallbacks > fallbacks0 ? "first choice refused, another candidate ran"
+                                                    : "the heuristic's first choice ran");
             } else {
                 printf("  probe, not a check: %s m=%d n=%d k=%d: refused (%s)\n", what, OC, N, C, trap.msg);
             }
@@ -389,6 +400,7 @@ static void test_factor_layout() {
         free_fp8(qi); free_fp8(qw);
         cudaFree(dinp); cudaFree(dW); cudaFree(dbias);
     }
+    matmul_plans_forget();
     cudaFree(slots);
 }
 
