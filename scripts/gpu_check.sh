@@ -254,10 +254,12 @@ for sfx in "" _fp16 _fp32; do
         name="O$sfx${sw// /}"
         # shellcheck disable=SC2086
         run resume "$name" 120 "$BIN/train_gpt2cu$sfx" $TR $R $sw
+        # with FLAGS both runs carry them, and a switch of FLAGS' own is overridden by sw
+        what="$sw and its default${sfx:+ ($sfx)}${FLAGS:+ (both with $FLAGS)}"
         [ "$(steps "A$sfx" | grep -c .)" = 20 ] && [ "$(steps "A$sfx")" = "$(steps "$name")" ]
-        verdict $? "$sw and its default${sfx:+ ($sfx)}: 20 steps bit-exact" \
-            "$sw vs its default${sfx:+ ($sfx)}: steps differ: $(failed "A$sfx" "$name")$(diff <(steps "A$sfx") \
-            <(steps "$name") | head -3 | tr '\n' ' ')"
+        verdict $? "$what: 20 steps bit-exact" \
+            "$what: steps differ: $(failed "A$sfx" "$name")$(diff <(steps "A$sfx") <(steps "$name") | head -3 |
+            tr '\n' ' ')"
     done
 done
 # resume with graphs: the resumed run's first micro-step is eager, the rest replayed

@@ -51,7 +51,6 @@ poll_stop() {
     wait "$POLL" 2> /dev/null
     awk -F', *' '$2 + 0 > m { m = $2 + 0 } END { print m + 0 }' "$1"
 }
-field() { grep -oE "$2" "$1" | head -1 | grep -oE '[0-9.]+' | head -1; }
 # shellcheck source=scripts/study_lib.sh
 . scripts/study_lib.sh
 
@@ -77,7 +76,7 @@ ours() {
     local smi peak host tps mfu jps
     smi=$(poll_stop "$OUT/poll.txt")
     IFS=$'\t' read -r _ tps mfu jps peak _ <<< "$(run_summary "$log")"
-    host=$(field "$log" 'host memory at peak[^:]*: [0-9]+ MiB')
+    host=$(host_peak "$log")
     [ "$ranks" -gt 1 ] && { peak="-"; tps="-"; mfu="-"; jps="-"; }  # the GPU is shared: nvidia-smi's per process
     local budget
     budget=$(echo "$*" | grep -oE -- '--max-device-memory [0-9]+G' | awk '{print $2}')

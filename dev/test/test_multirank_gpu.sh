@@ -13,7 +13,7 @@
 #     a single-GPU run and gives the same validation loss.
 # Expects BIN (default dist/gpu/bin: train_gpt2cu, test_comm; scripts/gpu_bundle.sh builds them)
 # and DATA (default dist/gpu/data: the Tiny Shakespeare shards).
-# QUICK=1: only 2 ranks at ZeRO 1 and 2 against 1 rank, the ZeRO-1 resume and the model
+# QUICK=1: only 2 ranks at ZeRO 1 and 2 against 1 rank, the ZeRO-0 and ZeRO-1 resumes and the model
 # file check (about a minute).
 # Logs in $OUT (default out/multirank); ends with "N passed, M failed".
 set -u

@@ -4,8 +4,9 @@
 # so that a study's scarce GPU run cannot be lost to its own bookkeeping: each target's
 # verdict (met, missed, not measured), J/step left out where the timed window is under 1 s,
 # PyTorch's MFU against the row's own peak, the budget rows held to their budget and to 85%
-# of the fastest run without offload, the cost of each offload mode; and both charts drawn
-# (skipped without matplotlib). Ends with "N passed, M failed[, K skipped]".
+# of the fastest run without offload, the cost of each offload mode; both charts drawn
+# (skipped without matplotlib); and the figures scripts/study_lib.sh reads from a run's log.
+# Ends with "N passed, M failed[, K skipped]".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . dev/test/testlib.sh
@@ -93,4 +94,26 @@ has "memory: --offload 1's cost at d12" $W/m/out.txt \
 has "memory: --offload 2's cost at d12" $W/m/out.txt \
     "d12 B=64 -r 1: --offload 2 costs 1.7% of tokens/s (570000 vs 580000 tok/s; J/step 810 vs 800)"
 chart "memory: the chart" $W/m/memory_study.png
+# --- the figures read from a run's log, in the trainer's own wording
+. scripts/study_lib.sh
+cat > $W/run.log << 'EOF2'
+step   30/30 | loss 5.123456 | lr 6.00e-04 | norm 0.5000 | 107.1 ms | 611788 tok/s
+mean over steps 11..30: 107.1 ms/step, 611788 tok/s, MFU 53.2%
+energy over steps 11..30 (NVML board counter): 72.3 J/step, 675 W mean
+data: 0.11 ms per step getting the training batches (loader thread)
+device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run): 28138 MiB
+host memory at peak (VmHWM, rank 0's process): 1234 MiB
+EOF2
+got=$(run_summary $W/run.log)
+want=$(printf '107.1\t611788\t53.2\t72.3\t28138\t0.11')
+if [ "$got" = "$want" ]; then ok "run_summary: ms/step, tok/s, MFU, J/step, peak, stall from a log"
+else bad "run_summary: got '$got', want '$want'"; fi
+got=$(host_peak $W/run.log)
+if [ "$got" = 1234 ]; then ok "host_peak: 1234 MiB (not the 0 of \"rank 0's\")"
+else bad "host_peak: got '$got', want 1234"; fi
+got=$(run_summary /dev/null)
+want=$(printf -- '-\t-\t-\t-\t-\t-')
+if [ "$got" = "$want" ]; then ok "run_summary: a log without figures gives '-' for each"
+else bad "run_summary on an empty log: got '$got'"; fi
+
 test_finish
