@@ -282,7 +282,8 @@ static inline void train_data_open(TrainData *d, TrainOptions *o, int vocab_size
               world, (long)o->B * o->T * world, o->total_batch);
     tokenizer_init(&d->tok, o->tokenizer_dir);
     dataloader_init(&d->train, o->train_pattern, o->B, o->T, rank, world, o->shuffle, (uint64_t)o->seed, vocab_size);
-    d->have_val = o->val_pattern && *o->val_pattern;
+    // -v 0 never evaluates, so its validation data is neither read nor held to the batch size
+    d->have_val = o->val_pattern && *o->val_pattern && o->val_every > 0;
     if (d->have_val) dataloader_init(&d->val, o->val_pattern, o->B, o->T, rank, world, 0, 0, vocab_size);
     // token ids: a bad id found mid-run would stop it, so the validation split (read at
     // every evaluation) is checked now, and the training split too unless --check-data 0

@@ -76,7 +76,7 @@ for TRAINER in $trainers; do
     expect_error "-o under a file says why" "Not a directory" $SMALL -o $W/junk.bin/run
     expect_error "a bad token id in the second train shard, found at start" "bad_001.bin" $SMALL -x 1 \
         -i "$W/bad_*.bin" -j "$W/good_*.bin"
-    expect_error "a bad token id in a validation shard, found at start" "bad_001.bin" $SMALL -x 1 \
+    expect_error "a bad token id in a validation shard, found at start" "bad_001.bin" $SMALL -v 1 -x 1 \
         -i "$W/good_*.bin" -j "$W/bad_*.bin" --check-data 0
 done
 if [ -x ./train_gpt2cu ]; then
@@ -277,6 +277,16 @@ else bad "no -n: checkpoints $(ls $W/default_n/)"; fi
 ./train_gpt2 $SMALL -x 4 -v 0 -g 0 > $W/quiet.txt 2>&1
 if ! grep -q '^val loss\|^sample' $W/quiet.txt; then ok "-v 0 and -g 0: no validation, no sample"
 else bad "-v 0 -g 0 still printed: $(grep '^val loss\|^sample' $W/quiet.txt)"; fi
+# -v 0 reads no validation data, so a -j that would be refused does not stop the run
+./train_gpt2 $SMALL -x 2 -v 0 -j "$W/no_such_val_*.bin" > $W/noval.txt 2>&1
+st=$?
+if [ $st = 0 ]; then ok "-v 0: the validation shards are not read (a -j matching nothing runs)"
+else bad "-v 0 with a -j matching nothing: exit $st: $(tail -1 $W/noval.txt)"; fi
+./train_gpt2 $SMALL -x 2 -v 1 -j "$W/no_such_val_*.bin" > $W/noval1.txt 2>&1
+st=$?
+if [ $st = 1 ] && grep -q "no data shards match the pattern '$W/no_such_val_\*.bin'" $W/noval1.txt; then
+    ok "-v 1: a -j matching nothing is refused, naming the pattern"
+else bad "-v 1 with a -j matching nothing: exit $st: $(tail -1 $W/noval1.txt)"; fi
 
 # -a 1 (one batch) with validation trains on the same batch as without it
 OVF="$SMALL -x 12 -a 1 -l 1e-3 -k constant"
