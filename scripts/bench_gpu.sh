@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/bench_gpu.sh: the GPU speed benchmark (docs/performance.md: how to measure), in one run.
+# scripts/bench_gpu.sh: the GPU speed benchmark (docs/performance.md: What is measured, How to reproduce), in one run.
 # Runs train_gpt2cu and the PyTorch baseline (dev/train_gpt2_torch.py) one after the other
 # on the same GPU:
 #   GPT-2 124M (d12), B=64, T=1024, bf16: train_gpt2cu at -r $CU_R (default 0 1 2), and PyTorch
@@ -114,7 +114,7 @@ row_cu() {  # NAME MODEL B
     local log="$W/$1.log" mean mem
     if grep -q '^skipped' "$log"; then row_skipped "$@"; return; fi
     mean=$(grep -E '^mean over steps' "$log" | tail -1)
-    mem=$(grep -E '^device memory in use at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
+    mem=$(grep -E '^device memory used at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
     if [ -z "$mean" ]; then
         printf '%s\t%s\t%s\tfailed\t-\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return

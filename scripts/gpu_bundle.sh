@@ -7,7 +7,8 @@
 # from the repository root there, e.g. scripts/gpu_check.sh (QUICK=1 for the short one);
 # the GPU scripts look in dist/gpu/bin and dist/gpu/data unless BIN= and DATA= say otherwise.
 # Names in dist/gpu/bin: train_gpt2cu, test_gpt2cu, test_attention, test_wgmma (bf16),
-# the same with _fp16 and _fp32 (no attention tests in fp32), test_comm, bench_matmul, test_fp8, bench_fp8.
+# the same with _fp16 and _fp32 (no attention tests in fp32), test_comm, bench_matmul, test_fp8, bench_fp8,
+# export_hf.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=${DIST:-dist/gpu}

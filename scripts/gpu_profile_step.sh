@@ -2,7 +2,7 @@
 # gpu_profile_step.sh: one training step of train_gpt2cu, kernel by kernel (run THERE, on a
 # GPU machine with Nsight Compute's ncu). Runs two d12 B=64 T=1024 steps under ncu (the
 # kernels serialised, each at the clock an idle GPU gives it) and prints the second step's
-# kernels summed by name: calls, ms, DRAM GB, TB/s (dev/ncu_step.py; dev/PERF.md keeps the
+# kernels summed by name: calls, ms, DRAM GB, TB/s (dev/ncu_step.py; docs/performance-notes.md keeps the
 # tables). The CSV stays in $OUT. Like the other GPU scripts it takes the binary and the Tiny
 # Shakespeare shards from scripts/gpu_bundle.sh's dist/gpu unless BIN= (or CU=) and DATA= say
 # otherwise; later options override the defaults (-b 4 -t 256: a small step).

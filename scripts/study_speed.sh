@@ -16,9 +16,10 @@
 # Then the targets of --cuda-graph 1 (d12 at B=4 T=256 and at B=64 T=1024, eager against
 # graph) and of the loader thread (reads throttled to 20 ms a batch by a test hook: the
 # per-step stall without and with the thread).
-# Each run: 14 steps of one micro-step (40 for the loader rows), means over the steps after
-# the 10th (ms/step, tokens/s, MFU, J/step), the device memory at peak, the time a step
-# waited for its batch. Prints one table last ($OUT/table.txt) and draws
+# Each run: 14 steps of one micro-step, more where 14 would time less than the 1 s that
+# J/step needs (20 for the fp32 baseline at B=8, 30 for rows 6-9 and at B=64, 400 at B=4
+# T=256, 40 for the loader rows); means over the steps after the 10th (ms/step, tokens/s,
+# MFU, J/step), the device memory at peak, the time a step waited for its batch. Prints one table last ($OUT/table.txt) and draws
 # $OUT/speed_study.png (scripts/plot_speed_study.py).
 #
 # Run from the repository root on the GPU machine: scripts/study_speed.sh
