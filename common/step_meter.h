@@ -11,6 +11,9 @@
 #include "energy.h"
 
 #define STEP_METER_WARMUP 10  // steps left out of the means (micro-steps, for long steps)
+// The shortest timed window whose J/step is printed: the counter moves about every 100 ms,
+// so over a shorter window the figure is off by 10% or more
+#define STEP_METER_MIN_ENERGY_S 1.0
 
 typedef struct {
     int start_step, warmup, timed_steps;
@@ -55,8 +58,23 @@ static inline void step_meter_resume(StepMeter *sm, int step, int other) {
     if (other && step_meter_timed(sm, step)) sm->e_other += energy_joules(&sm->energy) - sm->e_pause;
 }
 
+// The energy line of step_meter_report for the timed steps first..last_step: J/step only if
+// every read worked and the window lasted STEP_METER_MIN_ENERGY_S or more.
+static inline void step_meter_print_energy(FILE *f, const StepMeter *sm, double joules, int first, int last_step,
+                                           const char *board) {
+    if (!sm->energy.get_energy)
+        fprintf(f, "energy: not measured (%s)\n", sm->energy.why);
+    else if (sm->sum_dt < STEP_METER_MIN_ENERGY_S)
+        fprintf(f, "energy over steps %d..%d: not measured (the timed steps took %.2f s; the board's counter, which "
+                "moves about every 100 ms, needs %.0f s or more)\n", first, last_step, sm->sum_dt,
+                STEP_METER_MIN_ENERGY_S);
+    else
+        fprintf(f, "energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", first, last_step,
+                board, joules / sm->timed_steps, joules / sm->sum_dt);
+}
+
 // Prints the means over the timed steps (last_step: the run's last step, from 1) and
-// closes the energy counter; the energy line only if every read worked.
+// closes the energy counter.
 static inline void step_meter_report(StepMeter *sm, int last_step, double tokens_per_step, double flops_per_step,
                                      double peak_flops, int print, const char *board) {
     double joules = sm->timed_steps > 0 ? energy_joules(&sm->energy) - sm->e_start - sm->e_other : 0.0;
@@ -64,11 +82,7 @@ static inline void step_meter_report(StepMeter *sm, int last_step, double tokens
         int first = sm->start_step + sm->warmup + 1, n = sm->timed_steps;
         printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", first, last_step, 1e3 * sm->sum_dt / n,
                tokens_per_step * n / sm->sum_dt, 100.0 * flops_per_step * n / sm->sum_dt / peak_flops);
-        if (sm->energy.get_energy)
-            printf("energy over steps %d..%d (NVML board counter%s): %.1f J/step, %.0f W mean\n", first, last_step,
-                   board, joules / n, joules / sm->sum_dt);
-        else
-            printf("energy: not measured (%s)\n", sm->energy.why);
+        step_meter_print_energy(stdout, sm, joules, first, last_step, board);
     }
     energy_close(&sm->energy);
 }

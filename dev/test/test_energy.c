@@ -1,9 +1,11 @@
 // test_energy.c: common/energy.h, the board energy counter behind train_gpt2cu's J/step
 // line, against dev/test/fake_nvml.c (run with LD_LIBRARY_PATH at the fake library's
 // folder, as `make test` does): the counter read in joules, and each way of failing
-// (NVML not starting, an unknown GPU, no counter) reported with its reason, never a crash.
+// (NVML not starting, an unknown GPU, no counter) reported with its reason, never a crash;
+// and common/step_meter.h's energy line: J/step over a timed window of 1 s or more only.
 #include "testutil.h"
 #include "../../common/energy.h"
+#include "../../common/step_meter.h"
 #include <math.h>
 
 static void test_reads_joules(void) {
@@ -73,6 +75,39 @@ static void test_shutdown(void) {
     dlclose(lib);
 }
 
+// the energy line of a meter whose timed steps took sum_dt seconds, into buf
+static void energy_line(StepMeter *sm, double sum_dt, double joules, char *buf, size_t n) {
+    sm->sum_dt = sum_dt;
+    sm->timed_steps = 4;
+    FILE *f = tmpfile();
+    step_meter_print_energy(f, sm, joules, 11, 14, "");
+    rewind(f);
+    size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+}
+
+static void test_energy_window(void) {
+    StepMeter sm;
+    memset(&sm, 0, sizeof sm);
+    CHECK(energy_open(&sm.energy, "0000:1b:00.0") == 1, "open failed: %s", sm.energy.why);
+    char line[512];
+    energy_line(&sm, 2.0, 400.0, line, sizeof line);  // 4 steps of 0.5 s, 100 J each
+    CHECK(strstr(line, "energy over steps 11..14") && strstr(line, ": 100.0 J/step, 200 W mean"),
+          "a 2 s window: '%s'", line);
+    energy_line(&sm, 0.45, 90.0, line, sizeof line);
+    CHECK(!strstr(line, "J/step") && strstr(line, "not measured (the timed steps took 0.45 s"),
+          "a 0.45 s window: '%s'", line);
+    energy_line(&sm, 1.0, 200.0, line, sizeof line);  // the limit itself is long enough
+    CHECK(strstr(line, ": 50.0 J/step"), "a 1 s window: '%s'", line);
+    energy_close(&sm.energy);
+    EnergyMeter failed;
+    energy_open(&failed, "0000:99:00.0");
+    sm.energy = failed;
+    energy_line(&sm, 2.0, 0.0, line, sizeof line);
+    CHECK(strstr(line, "energy: not measured (") && strstr(line, "0000:99:00.0"), "a failed meter: '%s'", line);
+}
+
 int main(void) {
     run_case("reads the counter in joules", test_reads_joules);
     run_case("an unknown GPU: unavailable, with the bus id", test_unknown_gpu);
@@ -80,5 +115,6 @@ int main(void) {
     run_case("NVML does not start: unavailable", test_init_fails);
     run_case("a counter that fails mid-run: unavailable", test_fails_mid_run);
     run_case("nvmlShutdown balances nvmlInit", test_shutdown);
+    run_case("J/step only over a timed window of 1 s or more", test_energy_window);
     return test_summary();
 }
