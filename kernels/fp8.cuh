@@ -336,14 +336,16 @@ static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a
                                 g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
             if (st == CUBLAS_STATUS_SUCCESS) { plan->algo = h[i].algo; ran = i; }
         }
-        // Said once per plan (later calls find the candidate that ran): it tells what cuBLASLt
-        // would not run. The plan is shared by every layer of this shape, so the layers before
-        // this one ran the first choice in this step; a run resumed later repeats that in its
-        // first step, so after a fallback a resume is not bit-exact.
-        g_fp8_fallbacks++;
-        fprintf(stderr, "note: cuBLASLt refused its first choice for the FP8 matmul %s x %s, m=%d n=%d k=%d; %s\n",
-                fp8_format_name(fa), fp8_format_name(fb), m, n, k,
-                ran >= 0 ? "another of its candidates runs it" : "none of its candidates runs it");
+        // Said once per plan (later calls find the candidate that ran; none running is the
+        // fatal error below): it tells what cuBLASLt would not run. The plan is shared by every
+        // layer of this shape, so the layers before this one ran the first choice in this step;
+        // a run resumed later repeats that in its first step, so after a fallback a resume is
+        // not bit-exact.
+        if (ran >= 0) {
+            g_fp8_fallbacks++;
+            fprintf(stderr, "note: cuBLASLt refused its first choice for the FP8 matmul %s x %s, m=%d n=%d k=%d; "
+                    "candidate %d of %d runs it\n", fp8_format_name(fa), fp8_format_name(fb), m, n, k, ran + 1, na);
+        }
     }
     if (st != CUBLAS_STATUS_SUCCESS)
         fatal("cuBLASLt refused the FP8 matmul %s x %s, m=%d n=%d k=%d lda=%d ldb=%d ldd=%d%s%s beta=%g "
