@@ -19,6 +19,8 @@ python3 -c 'import matplotlib' 2> /dev/null && HAVE_MPL=1
 rows() { tr '|' '\t' > "$1"; }
 # has WHAT FILE TEXT: ok when FILE holds the line TEXT
 has() { if grep -qxF -- "$3" "$2"; then ok "$1"; else bad "$1: no line '$3' in:"; sed 's/^/      /' "$2"; fi; }
+# equals WHAT GOT WANT: ok when the two strings are equal
+equals() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: got '$2', want '$3'"; fi; }
 # chart WHAT PNG: the chart was drawn (a PNG file), or skipped without matplotlib
 chart() {
     if [ $HAVE_MPL = 0 ]; then skip "$1: matplotlib is not installed for python3"
@@ -104,16 +106,10 @@ data: 0.11 ms per step getting the training batches (loader thread)
 device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run): 28138 MiB
 host memory at peak (VmHWM, rank 0's process): 1234 MiB
 EOF2
-got=$(run_summary $W/run.log)
-want=$(printf '107.1\t611788\t53.2\t72.3\t28138\t0.11')
-if [ "$got" = "$want" ]; then ok "run_summary: ms/step, tok/s, MFU, J/step, peak, stall from a log"
-else bad "run_summary: got '$got', want '$want'"; fi
-got=$(host_peak $W/run.log)
-if [ "$got" = 1234 ]; then ok "host_peak: 1234 MiB (not the 0 of \"rank 0's\")"
-else bad "host_peak: got '$got', want 1234"; fi
-got=$(run_summary /dev/null)
-want=$(printf -- '-\t-\t-\t-\t-\t-')
-if [ "$got" = "$want" ]; then ok "run_summary: a log without figures gives '-' for each"
-else bad "run_summary on an empty log: got '$got'"; fi
+equals "run_summary: ms/step, tok/s, MFU, J/step, peak, stall from a log" "$(run_summary $W/run.log)" \
+    "$(printf '107.1\t611788\t53.2\t72.3\t28138\t0.11')"
+equals "host_peak: 1234 MiB (not the 0 of \"rank 0's\")" "$(host_peak $W/run.log)" 1234
+equals "run_summary: a log without figures gives '-' for each" "$(run_summary /dev/null)" \
+    "$(printf -- '-\t-\t-\t-\t-\t-')"
 
 test_finish
