@@ -44,6 +44,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/offload.cuh"
 #include "kernels/step_graph.cuh"
+#include "kernels/profile.cuh"
 #include "kernels/comm.cuh"
 
 // The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's
@@ -56,47 +57,6 @@
 #define GPU_PEAK_FLOPS 989e12
 #endif
 
-// ----------------------------------------------------------------------------
-// Per-phase timing (--profile 1): CUDA events around each kernel group of a training
-// step, summed per category after the step's one sync. When off, nothing is recorded.
-
-enum { PH_ENCODER, PH_LAYERNORM, PH_MATMUL, PH_ATTENTION, PH_GELU, PH_CLASSIFIER, PH_UPDATE, PH_NUM };
-static const char *const PHASE_NAMES[PH_NUM] = {"encoder", "layernorm", "matmul (+bias grad)", "attention",
-                                                "gelu recompute", "classifier", "grad norm + adamw"};
-#define PROF_MAX_EVENTS 8192
-typedef struct {
-    int active, n, dropped, steps;
-    cudaEvent_t ev[PROF_MAX_EVENTS];
-    int cat[PROF_MAX_EVENTS / 2];
-    double total_ms[PH_NUM];
-} Profiler;
-static Profiler g_prof;
-
-static void prof_init(void) {
-    for (int i = 0; i < PROF_MAX_EVENTS; i++) CUDA_CHECK(cudaEventCreate(&g_prof.ev[i]));
-}
-static void prof_begin(cudaStream_t s) {
-    if (!g_prof.active) return;
-    if (g_prof.n + 2 > PROF_MAX_EVENTS) { g_prof.dropped++; return; }
-    CUDA_CHECK(cudaEventRecord(g_prof.ev[g_prof.n], s));
-}
-static void prof_end(int cat, cudaStream_t s) {
-    if (!g_prof.active) return;
-    if (g_prof.n + 2 > PROF_MAX_EVENTS) return;
-    CUDA_CHECK(cudaEventRecord(g_prof.ev[g_prof.n + 1], s));
-    g_prof.cat[g_prof.n / 2] = cat;
-    g_prof.n += 2;
-}
-// after the step's sync: add this step's phase times (count = 0: discard, e.g. warm-up)
-static void prof_collect(int count) {
-    for (int i = 0; count && i < g_prof.n; i += 2) {
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, g_prof.ev[i], g_prof.ev[i + 1]));
-        g_prof.total_ms[g_prof.cat[i / 2]] += ms;
-    }
-    if (count) g_prof.steps++;
-    g_prof.n = 0;
-}
 // -f: 1 flash attention, 0 plain attention, -1 (default) flash where it exists: the bf16
 // and fp16 builds, head sizes 64 and 128.
 #define FLASH_AUTO (-1)
@@ -1452,6 +1412,24 @@ static void print_memory(const GPT2 *model, size_t in_use) {
     }
 }
 
+// The end-of-run figures: the device memory at peak (cudaMemGetInfo sees the whole GPU, so
+// the caller passes the difference to the start: what other processes hold is left out, but
+// their changes during the run count), the host's, the CUDA graphs' replays, the budget.
+static void print_run_end(const GPT2 *model, size_t peak, size_t planned, size_t max_memory) {
+    double mib = 1.0 / (1024.0 * 1024.0);
+    printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
+           model->world > 1 ? "; rank 0's GPU" : "", peak * mib);
+    printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB\n", host_peak_bytes() * mib);
+    if (model->graph)
+        printf("CUDA graph: %d capture(s), %d replays of the micro-step (the first micro-step eager); %d capture(s), "
+               "%d replays of the update%s\n", model->step_graph.captures, model->step_graph.replays,
+               model->update_graph.captures, model->update_graph.replays,
+               model->offload == OFFLOAD_STAGED ? " (eager with --offload 2)" : " (the first update eager)");
+    if (max_memory)
+        printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n", peak * mib,
+               planned * mib, max_memory * mib, peak > max_memory ? ": OVER the budget (the plan misses something)" : "");
+}
+
 int main(int argc, char **argv) {
     ProcessGroup pg;
     pg_init(&pg, &argc, &argv);
@@ -1747,31 +1725,8 @@ int main(int argc, char **argv) {
     if (rank0) report_data_stall(&data, &o, max_steps - start_step);
     final_sample(&o, can_sample, max_steps, between, &tr);
     peak_used = max_size(peak_used, device_used_bytes());
-    if (rank0 && profile && g_prof.steps > 0) {
-        double sum = 0.0;
-        printf("profile: mean ms per step over %d steps (CUDA events; excludes the first step)%s\n", g_prof.steps,
-               g_prof.dropped ? " [some phases dropped: event pool full]" : "");
-        for (int i = 0; i < PH_NUM; i++) {
-            printf("  %-22s %8.2f ms\n", PHASE_NAMES[i], g_prof.total_ms[i] / g_prof.steps);
-            sum += g_prof.total_ms[i] / g_prof.steps;
-        }
-        printf("  %-22s %8.2f ms\n", "sum of phases", sum);
-    }
-    // cudaMemGetInfo sees the whole GPU: what other processes hold is left out by taking
-    // the difference to the start (it counts their changes during the run)
-    if (rank0)
-        printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
-               pg.world > 1 ? "; rank 0's GPU" : "", (peak_used - used0) * mib);
-    if (rank0) printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB\n", host_peak_bytes() * mib);
-    if (rank0 && model.graph)
-        printf("CUDA graph: %d capture(s), %d replays of the micro-step (the first micro-step eager); %d capture(s), "
-               "%d replays of the update%s\n", model.step_graph.captures, model.step_graph.replays,
-               model.update_graph.captures, model.update_graph.replays,
-               model.offload == OFFLOAD_STAGED ? " (eager with --offload 2)" : " (the first update eager)");
-    if (rank0 && max_memory)
-        printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n",
-               (peak_used - used0) * mib, device_plan_bytes(&plan, setting) * mib, max_memory * mib,
-               peak_used - used0 > max_memory ? ": OVER the budget (the plan misses something)" : "");
+    if (rank0 && profile) prof_print();
+    if (rank0) print_run_end(&model, peak_used - used0, device_plan_bytes(&plan, setting), max_memory);
     batches_free(&batches);
     free(val_inputs);
     free(val_targets);
