@@ -1500,7 +1500,7 @@ int main(int argc, char **argv) {
                                "models; one rank), 0: launched kernel by kernel");
     specs[nspecs++] = arg_spec(NULL, "--fp8", ARG_SWITCH, &fp8,
                                "1: the linear layers' matmuls in FP8 (E4M3 weights and inputs, E5M2 gradients, "
-                               "per-tensor current scaling; bf16 build, Hopper), 0: in bf16");
+                               "per-tensor scales, see --fp8-scaling; bf16 build, Hopper), 0: in bf16");
     specs[nspecs++] = arg_spec(NULL, "--fp8-layers", ARG_STRING, &fp8_layers_text,
                                "with --fp8 1, which linear layers: all, blocks (the four of every block), or head "
                                "(the lm_head)");

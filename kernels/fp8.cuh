@@ -331,7 +331,9 @@ static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a
         int na = lt_call_heuristic(&c, h, MATMUL_TUNE_CANDIDATES, operand_alignment(A), operand_alignment(B),
                                    operand_alignment(D));
         int ran = -1;
+        const cublasLtMatmulAlgo_t refused = plan->algo;
         for (int i = 0; i < na && st == CUBLAS_STATUS_NOT_SUPPORTED; i++) {
+            if (memcmp(&h[i].algo, &refused, sizeof refused) == 0) continue;  // the one just refused
             st = cublasLtMatmul(g_cublaslt, c.desc, &alpha, A, c.la, B, c.lb, &beta, D, c.ld, D, c.ld, &h[i].algo,
                                 g_cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, s);
             if (st == CUBLAS_STATUS_SUCCESS) { plan->algo = h[i].algo; ran = i; }
