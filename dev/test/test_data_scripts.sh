@@ -12,7 +12,7 @@
 #     a smaller --files removes the extra shards, resuming after a failed download
 #   - with no mirror and no network, both scripts fail with a clear message
 #   - the project scripts around them: make quickstart builds only what quickstart.sh
-#     runs; make test checks the dependencies before it builds anything; install_deps.sh
+#     runs; quickstart.sh trains on the GPU only where train_gpt2cu builds or is built; make test checks the dependencies before it builds anything; install_deps.sh
 #     names what is missing (and how to install it) when it cannot install; every .PHONY
 #     name has a rule and a line in make help; .ci/run runs make test and nothing else
 # ("no network" is simulated: LLMC_HF_BASE points the downloads at a closed local port)
@@ -303,6 +303,36 @@ if make -n -B quickstart >"$T/quickstart.log" 2>&1 && grep -q -- "-o train_gpt2 
 else
     bad "make quickstart's prerequisites"; show quickstart
 fi
+# quickstart.sh's choice of trainer, in a copy of the script beside stub trainers, data step,
+# Makefile and nvidia-smi: GPU only where a GPU answers and train_gpt2cu builds or is built
+Q="$T/qs"
+mkdir -p "$Q/scripts" "$Q/dev/data" "$Q/fakebin"
+cp scripts/quickstart.sh "$Q/scripts/"
+printf '#!/bin/sh\n' > "$Q/dev/data/tinyshakespeare.sh"
+printf '#!/bin/sh\necho "GPU 0: stub"\n' > "$Q/fakebin/nvidia-smi"
+printf '#!/bin/sh\necho "trainer: cpu"\n' > "$Q/train_gpt2"
+printf 'train_gpt2cu:\n\t$(NVCC) && printf "#!/bin/sh\\necho trainer: gpu\\n" > $@ && chmod +x $@\n' > "$Q/Makefile"
+touch "$Q/train_gpt2.cu"
+chmod +x "$Q/dev/data/tinyshakespeare.sh" "$Q/fakebin/nvidia-smi" "$Q/train_gpt2"
+# quickstart_case NAME WANT [NOTE] -- ENV...: runs the copy with ENV, expects trainer WANT and NOTE's words
+quickstart_case() {
+    local name=$1 want=$2 note=$3; shift 4
+    rm -f "$Q/train_gpt2cu"
+    [ "$name" = "built, no nvcc" ] && cp "$Q/train_gpt2" "$Q/train_gpt2cu" && sed -i 's/cpu/gpu/' "$Q/train_gpt2cu"
+    local out; out=$(cd "$Q" && env "$@" ./scripts/quickstart.sh 2>&1)
+    if printf '%s\n' "$out" | grep -qx "trainer: $want" && { [ -z "$note" ] || printf '%s\n' "$out" | grep -q "$note"; }
+    then ok "quickstart.sh, $name: the $want run${note:+ (says: $note)}"
+    else bad "quickstart.sh, $name: expected the $want run${note:+ and '$note'}"; printf '%s\n' "$out" | sed 's/^/      /'
+    fi
+}
+mkdir -p "$Q/nogpu"
+printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' > "$Q/nogpu/nvidia-smi"
+chmod +x "$Q/nogpu/nvidia-smi"
+quickstart_case "no GPU" cpu "" -- PATH="$ROOT/$Q/nogpu:$PATH" NVCC=true
+quickstart_case "GPU and nvcc" gpu "" -- PATH="$ROOT/$Q/fakebin:$PATH" NVCC=true
+quickstart_case "built, no nvcc" gpu "" -- PATH="$ROOT/$Q/fakebin:$PATH" NVCC=no-such-nvcc
+quickstart_case "GPU, no nvcc" cpu "nvcc is not on the PATH" -- PATH="$ROOT/$Q/fakebin:$PATH" NVCC=no-such-nvcc
+quickstart_case "GPU, build fails" cpu "did not build" -- PATH="$ROOT/$Q/fakebin:$PATH" NVCC=false
 if make -n -B test >"$T/make_test.log" 2>&1 &&
    head -n 1 "$T/make_test.log" | grep -q "scripts/install_deps.sh --ensure" &&
    grep -q -- "-o train_gpt2 " "$T/make_test.log" && grep -q "run_all.sh" "$T/make_test.log"; then
