@@ -148,7 +148,7 @@ UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
              build/san/test_loss_scaler build/san/test_export_hf build/san/test_sampling \
              build/san/test_hellaswag build/san/test_memory_budget build/tsan/test_dataloader \
-             build/san/test_update_pieces
+             build/san/test_update_pieces build/san/test_step_rules
 
 # The dependencies come first, before anything is built (mpicc builds a unit test), and the
 # tests run in a sub-make so that HAVE_MPI, PYTHON_TORCH, ... see what was just installed.
