@@ -116,7 +116,7 @@ static void corrupt_and_expect(const char *name, void (*mutate)(uint8_t *buf, si
     free(src);
     buf = (uint8_t *)xrealloc(buf, len + 64);
     mutate(buf, &len);
-    char *p = path_in(name);
+    char *p = path_in("mutant.bin");  // a name holding none of the words looked for
     write_bytes(p, buf, len);
     expect_failure(name, read_checkpoint_child, p, p, what, NULL);
     free(buf);
@@ -132,6 +132,12 @@ static void m_header_only(uint8_t *b, size_t *n) { (void)b; *n = 100; }
 static void m_heads(uint8_t *b, size_t *n) { (void)n; set_int(b, 5, 3); }
 static void m_layers(uint8_t *b, size_t *n) { (void)n; set_int(b, 4, -2); }
 static void m_padded(uint8_t *b, size_t *n) { (void)n; set_int(b, 7, 10); }
+static void m_padded_by_one(uint8_t *b, size_t *n) {  // the padded vocabulary one short of the vocabulary
+    (void)n;
+    int v;
+    memcpy(&v, b + 4 * 3, 4);
+    set_int(b, 7, v - 1);
+}
 static void m_empty(uint8_t *b, size_t *n) { (void)b; *n = 0; }
 static void m_flip_body(uint8_t *b, size_t *n) { b[*n - 5] ^= 0x10; }
 // llm.c's files have no checksum: the values themselves are checked
@@ -181,6 +187,7 @@ static void test_corrupted_checkpoints(void) {
     corrupt_and_expect("bad_heads.bin", m_heads, "divisible");
     corrupt_and_expect("bad_layers.bin", m_layers, "num_layers");
     corrupt_and_expect("bad_padded.bin", m_padded, "padded");
+    corrupt_and_expect("padded_one_short.bin", m_padded_by_one, "padded");
     corrupt_and_expect("empty.bin", m_empty, "header");
     corrupt_and_expect("body_flipped.bin", m_flip_body, "checksum mismatch");
     corrupt_and_expect("nan_body_no_checksum.bin", m_nan_body_untagged, "non-finite");
@@ -226,6 +233,16 @@ static void test_debug_state(void) {
     expect_failure("truncated debug state", read_debug_child, q, q, "expected", NULL);
     write_debug_state(q, 2, g_cfg.max_seq_len + 1, 0);
     expect_failure("debug state T > maxT", read_debug_child, q, q, "does not fit", NULL);
+    const int B = 2, T = 8, at[2] = {HEADER_INTS + 3, HEADER_INTS + B * T + 5};  // an input, a target
+    for (int i = 0; i < 2; i++) {
+        uint8_t *bad = (uint8_t *)xmalloc(len);
+        memcpy(bad, buf, len);
+        set_int(bad, at[i], g_cfg.vocab_size);  // one past the last token id
+        write_bytes(q, bad, len);
+        expect_failure(i ? "debug state target id == V" : "debug state input id == V", read_debug_child, q, q,
+                       "token id out of range", NULL);
+        free(bad);
+    }
     free(buf); free(p); free(q);
 }
 
@@ -284,6 +301,24 @@ static void test_train_state_fp8(void) {
     train_state_read(p, &r);
     CHECK(r.fp8_n == 0 && r.fp8 == NULL && r.has_ext, "a version 2 state reads, without FP8 state");
     free_state(&r);
+    // version 1 has no outlier windows and no metrics file length (-1: unknown); the log's stays
+    TrainState o = make_state(100, 0);
+    o.log_bytes = 777;
+    o.json_bytes = 4242;
+    train_state_write(p, &o);
+    size_t len1;
+    uint8_t *buf1 = xread_file(p, &len1);
+    len1 = (size_t)train_state_bytes(1, 100, 0, 0);
+    restamp_version(buf1, len1, 1);
+    write_bytes(p, buf1, len1);
+    r = make_state(100, 0);
+    train_state_read(p, &r);
+    CHECK(r.json_bytes == -1 && r.log_bytes == 777 && r.recent_loss.count == 0 && r.fp8_n == 0,
+          "a version 1 state reads: metrics length %lld, log length %lld, window %d", (long long)r.json_bytes,
+          (long long)r.log_bytes, r.recent_loss.count);
+    free_state(&r);
+    free_state(&o);
+    free(buf1);
     restamp_version(buf, len, 4);
     write_bytes(p, buf, len);
     expect_failure("state of a version from the future", read_state_fp8_child, p, p, "not supported", NULL);
@@ -302,6 +337,11 @@ static void read_state_child(const char *path) {
 
 static void read_state_wrong_n_child(const char *path) {
     TrainState s = make_state(999, 1);
+    train_state_read(path, &s);
+}
+
+static void read_state_no_master_child(const char *path) {
+    TrainState s = make_state(1000, 0);
     train_state_read(path, &s);
 }
 
@@ -333,6 +373,8 @@ static void test_train_state(void) {
           !memcmp(r.settings, s.settings, sizeof s.settings), "log length, skipped updates, model checksum, settings");
     expect_failure("state of another size", read_state_wrong_n_child, p, p, "optimizer elements", NULL);
     expect_failure("state of another rank count", read_state_wrong_rank_child, p, p, "same number of ranks", NULL);
+    expect_failure("state with master weights, run without", read_state_no_master_child, p, p,
+                   "master weights present in the file but not used", NULL);
     size_t len;
     uint8_t *buf = xread_file(p, &len);
     char *q = path_in("state_truncated.bin");
