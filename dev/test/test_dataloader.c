@@ -198,6 +198,23 @@ static void t_shuffle(void) {
     }
     CHECK(n0 == 14 && n1 == 14 && memcmp(w0, w1, sizeof(w0)) != 0, "shard 1's window order is the same in epochs 0 and 1");
     free(a); free(b); free(c); free(seq);
+    // the shard order is any permutation: over 60 epochs every shard comes first, and some
+    // orders leave a shard in its place (a shuffle that never does is biased: Sattolo's)
+    char *pat = good_pattern();
+    DataLoader dl;
+    dataloader_init(&dl, pat, 2, 4, 0, 1, 1, 1234, VOCAB);
+    int first[3] = {0, 0, 0}, fixed = 0;
+    for (int64_t e = 0; e < 60; e++) {
+        first[dl_shard_at(&dl, e, 0)]++;
+        int any = 0;
+        for (int k = 0; k < 3; k++) any |= dl_shard_at(&dl, e, k) == k;
+        fixed += any;
+    }
+    CHECK(first[0] && first[1] && first[2], "over 60 epochs the first shard was 0/1/2 %d/%d/%d times", first[0],
+          first[1], first[2]);
+    CHECK(fixed > 0, "no epoch's shard order left a shard in its place (60 epochs; a uniform shuffle does in 2 of 3)");
+    dataloader_free(&dl);
+    free(pat);
 }
 
 // Run k batches, save, restore in a fresh loader (initialised with another seed, which
@@ -343,6 +360,23 @@ static void t_bad_count(void) { bad_case("count vs size", "header says 41 tokens
 static void t_bad_count_v2(void) { bad_case("count vs size (v2)", "header says 40 tokens", NULL, SHARD_MAGIC, 2, 40, 40, 2, -1, 0); }
 static void t_bad_short(void) { bad_case("shorter than a batch", "fewer than one global batch", NULL, SHARD_MAGIC, 1, 8, 8, 2, -1, 0); }
 static void t_bad_id(void) { bad_case("id >= vocab", "token 37 has id 60000", NULL, SHARD_MAGIC, 1, 40, 40, 2, 37, 60000); }
+// the start-up check (dataloader_check_all_ids) finds an id no batch has read yet: V itself,
+// in the last token of the shard
+static void child_check_all(const char *pattern) {
+    DataLoader dl;
+    dataloader_init(&dl, pattern, 2, 4, 0, 1, 0, 0, VOCAB);
+    dataloader_check_all_ids(&dl, 0);
+    dataloader_free(&dl);
+}
+static void t_bad_id_at_start(void) {
+    remove_all("bad_");
+    write_shard("bad_0.bin", 0, 40);
+    write_shard_raw("bad_1.bin", SHARD_MAGIC, 1, 40, 1, 40, 2, 39, VOCAB);
+    char *pat = path_in("bad_*.bin"), *file = path_in("bad_1.bin");
+    expect_failure("id == vocab, checked at start", child_check_all, pat, file, "token 39 has id 50257", NULL);
+    free(pat);
+    free(file);
+}
 static void t_bad_id_v2(void) { bad_case("id >= vocab (v2)", "token 0 has id 50257", NULL, SHARD_MAGIC, 2, 40, 40, 4, 0, 50257); }
 
 // Reads two epochs, with the loader thread when arg is "1", saying on stderr after each
@@ -434,6 +468,19 @@ static void child_pos_out_of_range(const char *pattern) {
     p.sample_index = 1000;
     dataloader_set_pos(&a, p);
 }
+static void child_pos_shard_past_end(const char *pattern) {
+    DataLoader a;
+    dataloader_init(&a, pattern, 2, 4, 0, 1, 0, 0, VOCAB);
+    DataLoaderPos p = dataloader_get_pos(&a);
+    p.shard_index = 3;  // one past the last of the 3 shards
+    dataloader_set_pos(&a, p);
+}
+static void child_pos_other_shuffle(const char *pattern) {
+    DataLoader a, b;
+    dataloader_init(&a, pattern, 2, 4, 0, 1, 1, 5, VOCAB);
+    dataloader_init(&b, pattern, 2, 4, 0, 1, 0, 5, VOCAB);
+    dataloader_set_pos(&b, dataloader_get_pos(&a));
+}
 static void child_pos_corrupt(const char *pattern) {
     DataLoader a;
     dataloader_init(&a, pattern, 2, 4, 0, 1, 0, 0, VOCAB);
@@ -462,6 +509,9 @@ static void t_set_pos_checks(void) {
     expect_failure("pos with other B", child_pos_other_B, pat, "B=2", "B=1", NULL);
     expect_failure("pos out of range", child_pos_out_of_range, pat, "out of range", "sample 1000", NULL);
     expect_failure("corrupt pos", child_pos_corrupt, pat, "corrupt", NULL, NULL);
+    expect_failure("pos one shard past the end", child_pos_shard_past_end, pat, "out of range", "shard 3", NULL);
+    expect_failure("pos saved with shuffling, run without", child_pos_other_shuffle, pat, "shuffle=1", "shuffle=0",
+                   NULL);
     expect_failure("pos of another dataset", child_pos_other_dataset, pat, "does not fit this dataset", NULL, NULL);
     char *err;
     int rc = run_child(child_pos_ok, pat, &err);
@@ -495,6 +545,7 @@ int main(void) {
     run_case("bad shard: shorter than one batch", t_bad_short);
     run_case("bad shard: id >= vocab", t_bad_id);
     run_case("bad shard: id >= vocab (v2)", t_bad_id_v2);
+    run_case("bad shard: id == vocab, checked at start", t_bad_id_at_start);
     run_case("bad shard read by the loader thread", t_bad_id_thread);
     run_case("bad shard: directory", t_bad_directory);
     run_case("no glob match", t_no_match);
