@@ -63,6 +63,10 @@ for TRAINER in $trainers; do
     expect_error "--top-k negative" "--top-k" $SMALL --top-k -1
     expect_error "--top-p 0" "--top-p" $SMALL --top-p 0
     expect_error "--top-p above 1" "--top-p" $SMALL --top-p 1.5
+    expect_error "-b past int32 (no wrap to 1)" "-b" $SMALL -b 4294967297
+    expect_error "-l past float's range" "-l" $SMALL -l 1e39
+    expect_error "-u negative" "-u" $SMALL -u -1
+    expect_error "--batch-size=abc" "--batch-size" $SMALL --batch-size=abc
     expect_error "-x -5 (only -1 means one epoch)" "-x" $SMALL -x -5
     expect_error "-x 0" "-x" $SMALL -x 0
     expect_error "-m -5 (only -1 means the whole split)" "-m" $SMALL -m -5
@@ -79,6 +83,10 @@ for TRAINER in $trainers; do
     expect_error "a bad token id in a validation shard, found at start" "bad_001.bin" $SMALL -v 1 -x 1 \
         -i "$W/good_*.bin" -j "$W/bad_*.bin" --check-data 0
 done
+# --name=value is the same as --name value (the parser is common/args.h, shared by the trainers)
+if ./train_gpt2 $SMALL --batch-size=3 -x 1 -i "$W/good_*.bin" -j "" > $W/eq.txt 2>&1 && grep -q "^training: B=3 " $W/eq.txt
+then ok "--batch-size=3 sets B=3"
+else bad "--batch-size=3: $(head -3 $W/eq.txt)"; fi
 if [ -x ./train_gpt2cu ]; then
     # llm.c's GPT-2 124M run script, flag for flag: every flag is parsed with llm.c's meaning
     # (the run then stops at the data, which is not here); -h 1 (HellaSwag) is refused
