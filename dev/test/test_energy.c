@@ -2,7 +2,8 @@
 // line, against dev/test/fake_nvml.c (run with LD_LIBRARY_PATH at the fake library's
 // folder, as `make test` does): the counter read in joules, and each way of failing
 // (NVML not starting, an unknown GPU, no counter) reported with its reason, never a crash;
-// and common/step_meter.h's energy line: J/step over a timed window of 1 s or more only.
+// and common/step_meter.h: J/step over a timed window of 1 s or more only, the steps it
+// times, and the energy of the work between steps left out.
 #include "testutil.h"
 #include "../../common/energy.h"
 #include "../../common/step_meter.h"
@@ -108,6 +109,52 @@ static void test_energy_window(void) {
     CHECK(strstr(line, "energy: not measured (") && strstr(line, "0000:99:00.0"), "a failed meter: '%s'", line);
 }
 
+// stdout of step_meter_report, into buf
+static void report_line(StepMeter *sm, int last_step, char *buf, size_t n) {
+    fflush(stdout);
+    FILE *f = tmpfile();
+    int saved = dup(1);
+    dup2(fileno(f), 1);
+    step_meter_report(sm, last_step, 1000.0, 1e9, 1e12, 1, "");
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    rewind(f);
+    size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+}
+
+// A run of 15 steps through the meter, as the trainer drives it: which steps are timed
+// (after 10, or after 1 when a step holds 10 micro-steps; counted from a resumed run's first
+// step), and the energy of the work between steps left out. The fake counter moves 1.5 J a
+// read, so the timed window's reads (its start, one pause and resume, the end) give 4.5 J,
+// of which the pause holds 1.5 J.
+static void test_step_window(void) {
+    const int micro[3] = {1, 10, 1}, start[3] = {0, 0, 12}, want_timed[3] = {5, 14, 5};
+    for (int c = 0; c < 3; c++) {
+        StepMeter sm;
+        step_meter_init(&sm, start[c], micro[c], "0000:1b:00.0");
+        for (int step = start[c]; step < start[c] + 15; step++) {
+            step_meter_begin(&sm, step);
+            step_meter_end(&sm, step);
+            int other = step == start[c] + 12;  // an evaluation after the run's 13th step
+            step_meter_pause(&sm, step, other);
+            step_meter_resume(&sm, step, other);
+        }
+        CHECK(sm.timed_steps == want_timed[c], "%d micro-steps, from step %d: %d timed steps, want %d", micro[c],
+              start[c], sm.timed_steps, want_timed[c]);
+        CHECK(sm.e_other == 1.5, "the pause's energy: %g J, want 1.5", sm.e_other);
+        if (c == 1) { energy_close(&sm.energy); continue; }
+        sm.sum_dt = 5.0;  // 1 s a step, long enough for a J/step line
+        char line[1024], want[64];
+        report_line(&sm, start[c] + 15, line, sizeof line);
+        snprintf(want, sizeof want, "mean over steps %d..%d: 1000.0 ms/step", start[c] + 11, start[c] + 15);
+        CHECK(strstr(line, want) && strstr(line, ": 0.6 J/step, 1 W mean"),
+              "from step %d, 5 timed steps, 3 J without the pause: '%s'", start[c], line);
+    }
+}
+
 int main(void) {
     run_case("reads the counter in joules", test_reads_joules);
     run_case("an unknown GPU: unavailable, with the bus id", test_unknown_gpu);
@@ -116,5 +163,6 @@ int main(void) {
     run_case("a counter that fails mid-run: unavailable", test_fails_mid_run);
     run_case("nvmlShutdown balances nvmlInit", test_shutdown);
     run_case("J/step only over a timed window of 1 s or more", test_energy_window);
+    run_case("timed steps; energy between steps left out", test_step_window);
     return test_summary();
 }
