@@ -1,4 +1,5 @@
-// test_checkpoint.c: unit tests of common/checkpoint.h: model descriptors, bf16
+// test_checkpoint.c: unit tests of common/checkpoint.h: model descriptors, the model FLOPs,
+// GPT-2's random initialisation (train_common.h), bf16
 // rounding, model checkpoint fp32/bf16 round trips, the debug state and training state
 // readers, clear errors (no crash) on corrupted, truncated and mismatched files, the
 // checksums and finiteness checks, and -y 1's choice of checkpoint (train_common.h).
@@ -51,6 +52,45 @@ static void test_descriptors(void) {
     CHECK(gpt2_num_real_params(&c) == 124439808, "d12 real params %zu", gpt2_num_real_params(&c));
     c.channels = 770;
     CHECK(gpt2_config_problem(&c) != NULL, "channels not divisible by heads must be refused");
+    // the model FLOPs behind MFU, 6 N + 12 L T C: docs/performance.md's worked figure for d12
+    gpt2_config_from_descriptor("d12", &c);
+    CHECK(gpt2_flops_per_token(&c, 1024) == 859885056.0, "d12 FLOPs a token at T=1024: %.0f, want 859,885,056",
+          gpt2_flops_per_token(&c, 1024));
+}
+
+// GPT-2's initialisation: each tensor's sample mean and deviation against the rule (weights
+// N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2L)), biases 0, layernorm weights 1,
+// wte's padded rows 0); the deviations within 5% (2,048 samples or more a tensor)
+static void test_init(void) {
+    GPT2Config c;
+    gpt2_config_from_descriptor("l4h2c64t32", &c);
+    float *p = gpt2_init_random_params(&c, 42);
+    size_t sizes[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(&c, sizes);
+    const double resid = 0.02 / sqrt(2.0 * c.num_layers);
+    const float *t = p;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        size_t n = i == P_WTE ? (size_t)c.vocab_size * c.channels : sizes[i];
+        double sum = 0.0, sq = 0.0;
+        for (size_t j = 0; j < n; j++) sum += t[j];
+        for (size_t j = 0; j < n; j++) sq += (t[j] - sum / n) * (t[j] - sum / n);
+        double mean = sum / n, sd = sqrt(sq / n);
+        int ln_weight = i == P_LN1W || i == P_LN2W || i == P_LNFW;
+        double want = i == P_ATTPROJW || i == P_FCPROJW                         ? resid
+                      : i == P_WTE || i == P_WPE || i == P_QKVW || i == P_FCW ? 0.02
+                                                                              : 0.0;
+        if (want > 0.0)
+            CHECK(fabs(sd / want - 1.0) < 0.05 && fabs(mean) < 4.0 * want / sqrt((double)n),
+                  "%s: mean %.2e, deviation %.5f, want N(0, %.5f)", GPT2_PARAM_NAMES[i], mean, sd, want);
+        else
+            CHECK(sd == 0.0 && mean == (ln_weight ? 1.0 : 0.0), "%s: mean %g, deviation %g, want the constant %d",
+                  GPT2_PARAM_NAMES[i], mean, sd, ln_weight);
+        if (i == P_WTE)
+            for (size_t j = n; j < sizes[i]; j++)
+                CHECK(t[j] == 0.0f, "wte's padded row %zu is not zero", j / c.channels);
+        t += sizes[i];
+    }
+    free(p);
 }
 
 // bf16 rounding against a direct search for the nearest representable value
@@ -487,6 +527,7 @@ int main(void) {
     g_cfg.max_seq_len = 16; g_cfg.vocab_size = 300; g_cfg.padded_vocab_size = 384;
     g_cfg.num_layers = 2; g_cfg.num_heads = 2; g_cfg.channels = 8;
     run_case("model descriptors", test_descriptors);
+    run_case("GPT-2's initialisation, tensor by tensor", test_init);
     run_case("bf16 round-to-nearest-even", test_bf16_rounding);
     run_case("model checkpoint fp32/bf16 round trip", test_model_roundtrip);
     run_case("corrupted checkpoints fail clearly", test_corrupted_checkpoints);

@@ -69,10 +69,30 @@ static void test_plain(void) {
     CHECK(same, "top-k 0 and top-p 1 leave the plain draw unchanged");
 }
 
+// the inverse CDF at its edges: a token of probability 0 is never drawn, whatever the coin
+// (the coin at a boundary of the CDF goes to the token after it); a coin just under 1 draws
+// the last token with any probability
+static void test_cdf_edges(void) {
+    const float p[4] = {0.0f, 0.5f, 0.0f, 0.5f};
+    CHECK(sample_index(p, 4, 0.0f) == 1, "coin 0 drew token %d, which has probability %g",
+          sample_index(p, 4, 0.0f), p[sample_index(p, 4, 0.0f)]);
+    CHECK(sample_index(p, 4, 0.5f) == 3, "coin 0.5 drew token %d", sample_index(p, 4, 0.5f));
+    CHECK(sample_index(p, 4, nextafterf(1.0f, 0.0f)) == 3, "a coin just under 1 drew token %d",
+          sample_index(p, 4, nextafterf(1.0f, 0.0f)));
+    uint64_t rng = rng_seed(17);
+    int zero_drawn = 0;
+    for (int i = 0; i < 20000; i++) {
+        int t = sample_index(p, 4, rng_uniform(&rng));
+        zero_drawn += p[t] == 0.0f;
+    }
+    CHECK(zero_drawn == 0, "tokens of probability 0 drawn %d times in 20000", zero_drawn);
+}
+
 int main(void) {
     run_case("top-k keeps the k most likely tokens", test_top_k);
     run_case("top-p keeps the fewest tokens reaching p", test_top_p);
     run_case("ties go to the lower id", test_ties);
     run_case("no cut: the plain draw", test_plain);
+    run_case("the draw at the CDF's edges", test_cdf_edges);
     return test_summary();
 }
