@@ -477,6 +477,16 @@ static void test_resume_pick(void) {
     char *dir = path_in("run");
     mkdir(dir, 0755);
     CHECK(pick_quiet(dir) == -1, "no checkpoint: start fresh");
+    // a crash during the first checkpoint leaves only temporary files: nothing to resume
+    char tmp_name[64];
+    for (int i = 0; i < 3; i++) {
+        const char *name[3] = {"state_00000005.bin.tmp", "model_00000005.bin.tmp", "state_00000005.binx"};
+        snprintf(tmp_name, sizeof tmp_name, "run/%s", name[i]);
+        char *t = path_in(tmp_name);
+        write_bytes(t, "x", 1);
+        free(t);
+    }
+    CHECK(pick_quiet(dir) == -1, "temporary and misnamed files only: start fresh");
     uint64_t rng = rng_seed(5);
     float *p = random_params(&g_cfg, &rng), *p2 = random_params(&g_cfg, &rng);
     write_pair(dir, 3, 3, p);
