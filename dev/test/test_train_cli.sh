@@ -6,7 +6,7 @@
 # losses bit for bit; resume after a crash (-y 1 with nothing yet, a corrupt newest
 # checkpoint, a log written past the checkpoint, changed flags, a finished run); a run
 # whose every update is skipped stops; a failing sample never costs the final checkpoint;
-# -s 0 and -n 0 mean never (llm.c).
+# -s 0 and -n 0 mean never (llm.c); the last step evaluates; -x -1 trains at least one step.
 set -u
 cd "$(dirname "$0")/../.."
 ./dev/data/tinyshakespeare.sh > /dev/null || { echo "data step failed"; exit 1; }
@@ -83,6 +83,15 @@ for TRAINER in $trainers; do
     expect_error "a bad token id in a validation shard, found at start" "bad_001.bin" $SMALL -v 1 -x 1 \
         -i "$W/good_*.bin" -j "$W/bad_*.bin" --check-data 0
 done
+# the run's last step evaluates even off the -v period; -x -1 with a -d longer than one epoch
+# trains one step, not none
+./train_gpt2 $SMALL -v 4 -m 1 -x 6 -i "$W/good_*.bin" -j "$W/good_*.bin" > $W/lastval.txt 2>&1
+if grep -q "^val loss .* (step 4)" $W/lastval.txt && grep -q "^val loss .* (step 6)" $W/lastval.txt; then
+    ok "-v 4 -x 6 evaluates at steps 4 and 6 (the last)"
+else bad "-v 4 -x 6: $(grep -E '^val|error' $W/lastval.txt | head -3)"; fi
+./train_gpt2 $SMALL -x -1 -d 8192 -i "$W/good_*.bin" -j "" > $W/epoch.txt 2>&1
+if grep -q "^step     1/1 " $W/epoch.txt; then ok "-x -1 with -d beyond one epoch trains one step"
+else bad "-x -1 with -d beyond one epoch: $(grep -E '^training|^step|error' $W/epoch.txt | head -3)"; fi
 # --name=value is the same as --name value (the parser is common/args.h, shared by the trainers)
 if ./train_gpt2 $SMALL --batch-size=3 -x 1 -i "$W/good_*.bin" -j "" > $W/eq.txt 2>&1 && grep -q "^training: B=3 " $W/eq.txt
 then ok "--batch-size=3 sets B=3"
