@@ -33,6 +33,13 @@ static void test_bounds(void) {
     s.window = 2;
     loss_scaler_update(&s, 1.0f, 1.0f);
     CHECK(loss_scaler_update(&s, 1.0f, 1.0f) == 0 && s.scale == LOSS_SCALE_MAX, "never above 2^24: %g", s.scale);
+    loss_scaler_init(&s, 1.5e7f);  // a scale that is no power of two (a state file may hold one)
+    s.window = 1;
+    CHECK(loss_scaler_update(&s, 1.0f, 1.0f) == 1 && s.scale == LOSS_SCALE_MAX, "1.5e7 doubled stops at 2^24: %g",
+          s.scale);
+    loss_scaler_init(&s, 1.5f);
+    loss_scaler_update(&s, 1.0f, INFINITY);
+    CHECK(s.scale == LOSS_SCALE_MIN, "1.5 halved stops at 1: %g", s.scale);
 }
 
 static void test_hooks(void) {
