@@ -1,11 +1,14 @@
 // test_distributed.c: the multi-process logic that needs no GPU, run under
 // `mpirun -np N` (N = 1, 2, 3): the data loader's split of every batch across ranks, the
-// trainer's ZeRO shard ownership, and gathering sharded weights into one checkpoint. Every rank checks; rank 0 prints each case and the
+// trainer's ZeRO shard ownership, gathering sharded weights into one checkpoint, and -y 1's
+// choice of a checkpoint intact on every rank. Every rank checks; rank 0 prints each case and the
 // "N passed, M failed" line (failures summed over the ranks).
 #include "mpi_testutil.h"
 #include "../../common/checkpoint.h"
 #include "../../common/dataloader.h"
 #include "../../common/rng.h"
+#include "../../common/train_common.h"
+#include <fcntl.h>
 
 static void run_case(const char *name, void (*fn)(void)) {
     g_case_failures = 0;
@@ -132,6 +135,58 @@ static void test_zero_slices(void) {
     free(full); free(back); free(shard); free(hits);
 }
 
+static long sum_over_ranks(const void *ctx, long v) { return pg_sum_long((const ProcessGroup *)ctx, v); }
+
+// -y 1 under ZeRO: every rank writes its state file of steps 3 and 6 (rank 0 the model too),
+// the last rank's file of step 6 is then corrupted, and every rank must resume from step 3:
+// a checkpoint counts only when it is intact on all of them (with one rank, step 6 is)
+static void test_resume_pick_all_ranks(void) {
+    char dir[64], mp[4096], sp[4096];
+    snprintf(dir, sizeof dir, "build/test_distributed_resume_np%d", g_pg.world);
+    mkdir(dir, 0755);
+    GPT2Config c = {16, 300, 384, 2, 2, 24};
+    float *params = (float *)xcalloc(gpt2_num_params(&c), sizeof(float));
+    for (int step = 3; step <= 6; step += 3) {
+        checkpoint_paths(dir, step, mp, sp, sizeof mp);
+        TrainState s;
+        memset(&s, 0, sizeof s);
+        s.n = 10;
+        s.m = (float *)xcalloc(s.n, sizeof(float));
+        s.v = (float *)xcalloc(s.n, sizeof(float));
+        s.world_size = g_pg.world;
+        s.rank = g_pg.rank;
+        s.step = step;
+        s.loader_pos_bytes = 24;
+        if (g_pg.rank == 0) s.model_crc = gpt2_checkpoint_write(mp, &c, params, 0);
+        state_path_for_rank(dir, step, g_pg.rank, sp, sizeof sp);
+        train_state_write(sp, &s);
+        free(s.m);
+        free(s.v);
+    }
+    pg_sum_long(&g_pg, 0);  // every file written before any rank looks
+    if (g_pg.world > 1 && g_pg.rank == g_pg.world - 1) {
+        size_t len;
+        uint8_t *buf = xread_file(sp, &len);  // this rank's state of step 6
+        buf[len - 1] ^= 1;
+        FILE *f = xfopen(sp, "wb");
+        xfwrite(buf, 1, len, f, sp);
+        xfclose(f, sp);
+        free(buf);
+    }
+    pg_sum_long(&g_pg, 0);
+    fflush(stderr);  // the corrupt rank's warning about step 6 is expected: kept off the output
+    int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    int got = resume_pick_step(dir, g_pg.rank, 1, g_pg.world > 1 ? sum_over_ranks : NULL, &g_pg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(null);
+    close(saved);
+    int want = g_pg.world > 1 ? 3 : 6;
+    CHECK(got == want, "-y 1 picked step %d, want %d (the last rank's step 6 is corrupt)", got, want);
+    free(params);
+}
+
 int main(int argc, char **argv) {
     pg_init(&g_pg, &argc, &argv);
     mkdir("build", 0755);
@@ -139,6 +194,7 @@ int main(int argc, char **argv) {
     run_case("data loader: rank parts == the single-process global batch", test_batch_split);
     run_case("sharded weights gathered into one checkpoint", test_checkpoint_gather);
     run_case("ZeRO slices: rank chunks tile the parameters, index map == gather", test_zero_slices);
+    run_case("-y 1: the newest checkpoint intact on every rank", test_resume_pick_all_ranks);
     int failed = g_failed;
     if (g_pg.rank == 0) printf("%d passed, %d failed\n", g_passed, g_failed);
     pg_finalize(&g_pg);
