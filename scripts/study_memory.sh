@@ -142,11 +142,13 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d12 off_b64_r1 "offload -b 64 -r 1" 1 12 -b 64 -r 1 --offload 1
             ours d12 off2_b64_r1 "offload 2 -b 64 -r 1" 1 12 -b 64 -r 1 --offload 2
             ours d12 off_b8_r1 "offload -b 8 -r 1 (4G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 4G
+            ours d12 off2_b8 "offload 2 -b 8 (4G)" 1 3 -b 8 -r 0 --offload 2 --max-device-memory 4G
             ours d12 b4 "-b 4 (4G)" 1 3 -b 4 -r 0 --max-device-memory 4G
             ;;
         budget)
-            # only what the budget verdicts and the offload cost need, so that they come from
-            # one run (planned at about 5 minutes): each model's fastest configuration without offload
+            # only what the budget verdicts and the offload cost need (about 8 minutes on an
+            # H100, more than one 5-minute run: PARTS="budget" timed out after d24's rows, and
+            # the d12 rows came from PARTS=d12): each model's fastest configuration without offload
             # (as measured in the full parts), its budget rows, and d12 at B=64 with each mode
             ours d48 b16 "baseline -b 16" 1 2 -b 16 -r 0
             ours d48 off_b4_r1 "offload -b 4 -r 1 (16G)" 1 2 -b 4 -r 1 --offload 1 --max-device-memory 16G
@@ -159,6 +161,7 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d12 off_b64_r1 "offload -b 64 -r 1" 1 12 -b 64 -r 1 --offload 1
             ours d12 off2_b64_r1 "offload 2 -b 64 -r 1" 1 12 -b 64 -r 1 --offload 2
             ours d12 off_b8_r1 "offload -b 8 -r 1 (4G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 4G
+            ours d12 off2_b8 "offload 2 -b 8 (4G)" 1 3 -b 8 -r 0 --offload 2 --max-device-memory 4G
             ;;
         zero)
             for model in d24 d48; do
