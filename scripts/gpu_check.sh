@@ -28,8 +28,8 @@
 #   SKIP_TESTS=1   leaves out 1 and 8
 #   FLAGS="..."    extra trainer options for 1-6 (e.g. FLAGS="--flash-attention 0")
 #   KILL_TRIALS=N  trials of the kill -9 loop
-#   KILL_VARIANTS="bf16 fp16 bf16x2"  the kill -9 loop's builds and ranks (default bf16;
-#                  bf16x2: 2 ranks sharing this GPU through --comm mpi)
+#   KILL_VARIANTS="bf16 fp16 bf16x2 fp16x2"  the kill -9 loop's builds and ranks (default
+#                  bf16; bf16x2, fp16x2: 2 ranks sharing this GPU through --comm mpi)
 #   UPTO=N         stop after section N (UPTO=1: the tests only; with SKIP_TESTS=1 UPTO=6:
 #                  2-6, so that a short run fits two calls of a few minutes)
 set -u
@@ -337,14 +337,15 @@ if [ ! -x ./prepro ]; then
     chmod +x "$prepro"
     touch -d @0 "$prepro"
 fi
-# each variant: bf16, fp16 (the fp16 build), bf16x2 (2 ranks on this GPU, --comm mpi)
+# each variant: bf16, fp16 (the fp16 build), bf16x2 and fp16x2 (2 ranks on this GPU, --comm mpi)
 for v in $KILL_VARIANTS; do
     exe=$BIN/train_gpt2cu launch="" extra=""
     case $v in
     bf16) ;;
     fp16) exe=$BIN/train_gpt2cu_fp16 ;;
     bf16x2) launch="mpirun --oversubscribe --bind-to none -np 2" extra="--comm mpi" ;;
-    *) fail "KILL_VARIANTS: unknown variant '$v' (bf16, fp16, bf16x2)"; continue ;;
+    fp16x2) exe=$BIN/train_gpt2cu_fp16 launch="mpirun --oversubscribe --bind-to none -np 2" extra="--comm mpi" ;;
+    *) fail "KILL_VARIANTS: unknown variant '$v' (bf16, fp16, bf16x2, fp16x2)"; continue ;;
     esac
     run kill_resume "kill_$v" 480 env TRAINER="$exe" LAUNCH="$launch" EXTRA_FLAGS="$extra $FLAGS" \
         TRIALS="$KILL_TRIALS" PREPRO="$prepro" bash dev/test/test_kill_resume.sh
