@@ -96,7 +96,7 @@ static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, Memo
     size_t n = 0;
     buf[0] = 0;
     if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, sizeof buf - n, "--optimizer-state bf16 ");
-    if (s.offload != now.offload) n += snprintf(buf + n, sizeof buf - n, "--offload 1 ");
+    if (s.offload != now.offload) n += snprintf(buf + n, sizeof buf - n, "--offload %d ", s.offload);
     if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
         n += snprintf(buf + n, sizeof buf - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks,
                       s.ranks);
@@ -132,10 +132,14 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps);
 // then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where it
-// fits a larger micro-batch than any above; likewise --offload 1 (with the run's moments);
+// fits a larger micro-batch than any above; likewise --offload 2 (with the run's moments);
 // then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
 // or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
 // B*T*ranks) at which some micro-batch fits.
+// The offload mode suggested: 2, staged through the copy engines, was the faster of the two at
+// every model size measured (docs/memory.md); the plan counts its two staging buffers.
+#define MEMORY_OFFLOAD_SUGGESTED 2
+
 static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx, char *msg,
                                      size_t cap) {
     size_t need;
@@ -156,7 +160,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
     }
     if (!now.offload && last_b < now.B) {
         MemorySetting off = now;
-        off.offload = 1;
+        off.offload = MEMORY_OFFLOAD_SUGGESTED;
         found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &last_b);
     }
     for (int stage = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; stage <= 2; stage++) {
@@ -190,7 +194,7 @@ static inline void memory_limit_check(const char *what, size_t limit, MemorySett
     int n = memory_suggestions(limit, now, plan, ctx, msg, sizeof msg);
     fatal("%s: this run needs %s on the device (%s); %s%s", what, gib_text(a, sizeof a, need), breakdown,
           n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r, --optimizer-state bf16, "
-                                     "--offload 1 or ZeRO over up to 8 ranks on its own: combine them, or use a "
+                                     "--offload 2 or ZeRO over up to 8 ranks on its own: combine them, or use a "
                                      "smaller model or more device memory",
           msg);
 }

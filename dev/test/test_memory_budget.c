@@ -3,7 +3,7 @@
 // micro-steps only; against a fake plan with an explicit cost formula (bf16 moments cost less),
 // the settings that memory_suggestions names are those a brute force over every (B, r, ranks,
 // ZeRO stage, moments, offload) finds, each fits and keeps the tokens per step, --optimizer-state
-// bf16 only at the run's ranks and stage and only for a run with fp32 moments, --offload 1 only
+// bf16 only at the run's ranks and stage and only for a run with fp32 moments, --offload 2 only
 // at the run's ranks, stage and moments and only for a run without it; memory_budget_check
 // returns when the plan fits and otherwise exits through fatal() naming the budget, the need,
 // the breakdown and what fits; memory_limit_check does the same under the name of another
@@ -116,9 +116,11 @@ static size_t fake_plan(const void *ctx, MemorySetting s) {
         (s.moments_bf16 != g_plan_now.moments_bf16 &&
          (g_plan_now.moments_bf16 || s.ranks != g_plan_now.ranks || s.zero_stage != g_plan_now.zero_stage)))
         g_plan_misuse = 1;
-    // offload likewise: 0 or 1, a change only from 0 to 1, at the run's ranks, stage and moments
-    if ((s.offload != 0 && s.offload != 1) ||
-        (s.offload != g_plan_now.offload && (g_plan_now.offload || s.ranks != g_plan_now.ranks ||
+    // offload likewise: a run's own 0, 1 or 2, a change only from 0 to the suggested mode, at the
+    // run's ranks, stage and moments
+    if ((s.offload != 0 && s.offload != 1 && s.offload != MEMORY_OFFLOAD_SUGGESTED) ||
+        (s.offload != g_plan_now.offload && (g_plan_now.offload || s.offload != MEMORY_OFFLOAD_SUGGESTED ||
+                                             s.ranks != g_plan_now.ranks ||
                                              s.zero_stage != g_plan_now.zero_stage ||
                                              s.moments_bf16 != g_plan_now.moments_bf16)))
         g_plan_misuse = 1;
@@ -162,11 +164,11 @@ static int parse_line(const char *line, MemorySetting now, const FakePlan *p, Me
         o = 1;
         if (!strncmp(q, " -", 2)) q++;
     }
-    static const char offload_flag[] = "--offload 1";
+    static const char offload_flag[] = "--offload 2";
     if (!strncmp(q, offload_flag, strlen(offload_flag))) {
         q += strlen(offload_flag);
         if (*q != ':' && strncmp(q, " -", 2)) return *why = "bad --offload text", 0;
-        s->offload = 1;
+        s->offload = MEMORY_OFFLOAD_SUGGESTED;
         off = 1;
         if (!strncmp(q, " -", 2)) q++;
     }
@@ -196,7 +198,7 @@ static int parse_line(const char *line, MemorySetting now, const FakePlan *p, Me
     }
     // a flag is named only when it changes
     if (o && s->moments_bf16 == now.moments_bf16) return *why = "--optimizer-state bf16 at now's moments", 0;
-    if (off && s->offload == now.offload) return *why = "--offload 1 in a run with it", 0;
+    if (off && s->offload == now.offload) return *why = "--offload 2 in a run with offload", 0;
     if (z && s->ranks == now.ranks && s->zero_stage == now.zero_stage) return *why = "-z at now's setting", 0;
     if (r && s->recompute == now.recompute) return *why = "-r at now's level", 0;
     if (bb && s->B == now.B) return *why = "-b at now's B", 0;
@@ -275,7 +277,8 @@ static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemoryS
                     for (int r = 0; r <= MEMORY_MAX_RECOMPUTE; r++) {
                         best[mo][of][k][st][r] = 0;
                         for (int B = 1; B <= now.B; B++)
-                            if (fits(p, with_offload(setting(B, r, 1 << k, st, now.total_batch, now.T, mo), of),
+                            if (fits(p, with_offload(setting(B, r, 1 << k, st, now.total_batch, now.T, mo),
+                                                     of ? (now.offload ? now.offload : MEMORY_OFFLOAD_SUGGESTED) : 0),
                                      budget))
                                 best[mo][of][k][st][r] = B;
                     }
@@ -303,7 +306,8 @@ static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemoryS
         while (r <= MEMORY_MAX_RECOMPUTE && best[mo_now][1][k_now][st_now][r] <= beaten) r++;
         if (r <= MEMORY_MAX_RECOMPUTE) {
             out[n++] = with_offload(
-                setting(best[mo_now][1][k_now][st_now][r], r, now.ranks, st_now, now.total_batch, now.T, mo_now), 1);
+                setting(best[mo_now][1][k_now][st_now][r], r, now.ranks, st_now, now.total_batch, now.T, mo_now),
+                MEMORY_OFFLOAD_SUGGESTED);
             *n_off = 1;
         }
     }
@@ -352,7 +356,7 @@ static void free_memory_child(const char *verbose) {
 // 2 GiB fixed, 12 GiB optimizer (8 GiB with bf16 moments: 4 master weights, 2 + 2 moments), 4 GiB
 // gradients, activations 1/2, 1/4, 1/8, 1/8 GiB per sequence of the batch at recompute levels 0-3 (3
 // saves nothing more here, so the exact texts below have no -r 3 line);
-// with --offload 1 the 12 GiB of optimizer state leave the device (6 GiB before activations):
+// with --offload 2 the 12 GiB of optimizer state leave the device (6 GiB before activations):
 // its line comes wherever that gives a larger B than every line before it;
 // a single GPU at B 64, T 1024, 512 Ki tokens per step, fp32 moments. Before activations: 18 GiB
 // (14 with bf16 moments) on one GPU; ZeRO-1 over 2 ranks 12 GiB, ZeRO-2 over 2 ranks 10 GiB.
@@ -393,7 +397,7 @@ static void test_hand_local_and_zero(void) {
     // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8
     expect_suggestions("16 GiB", &hand_plan, hand_now(), 16 * GIB,
                        "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
-                       "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
@@ -409,7 +413,7 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 2 (256 micro-steps per step): 18.50 GiB"
                        "\n  -r 2 -b 4 (128 micro-steps per step): 18.50 GiB"
                        "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
-                       "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
@@ -423,7 +427,7 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 4 (128 micro-steps per step): 19.00 GiB"
                        "\n  -r 2 -b 8 (64 micro-steps per step): 19.00 GiB"
                        "\n  --optimizer-state bf16 -r 1 -b 16 (32 micro-steps per step): 18.00 GiB"
-                       "\n  --offload 1 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
@@ -433,7 +437,7 @@ static void test_hand_optimizer_state(void) {
     // -r 1: the lowest level where one fits, with the -r change
     expect_suggestions("14.25 GiB, bf16 at -r 1", &hand_plan, hand_now(), 14 * GIB + GIB / 4,
                        "\n  --optimizer-state bf16 -r 1 -b 1 (512 micro-steps per step): 14.25 GiB"
-                       "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
@@ -456,7 +460,7 @@ static void test_hand_optimizer_state(void) {
                        "\n  -b 4 (128 micro-steps per step): 16.00 GiB"
                        "\n  -r 1 -b 8 (64 micro-steps per step): 16.00 GiB"
                        "\n  -r 2 -b 16 (32 micro-steps per step): 16.00 GiB"
-                       "\n  --offload 1 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 16.00 GiB "
@@ -464,7 +468,7 @@ static void test_hand_optimizer_state(void) {
                        6);
     // ... and at 13 GiB, below its 14 before activations: only ZeRO, with its bf16 moments
     expect_suggestions("13 GiB, the run in bf16", &hand_plan, now, 13 * GIB,
-                       "\n  --offload 1 -b 8 (64 micro-steps per step): 10.00 GiB"
+                       "\n  --offload 2 -b 8 (64 micro-steps per step): 10.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 12.00 GiB "
@@ -478,7 +482,7 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 1 (256 micro-steps per step on each rank): 12.25 GiB per GPU"
                        "\n  -r 2 -b 2 (128 micro-steps per step on each rank): 12.25 GiB per GPU"
                        "\n  --optimizer-state bf16 -b 4 (64 micro-steps per step on each rank): 12.00 GiB per GPU"
-                       "\n  --offload 1 -b 8 (32 micro-steps per step on each rank): 10.00 GiB per GPU"
+                       "\n  --offload 2 -b 8 (32 micro-steps per step on each rank): 10.00 GiB per GPU"
                        "\n  -z 1 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 11.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
@@ -517,7 +521,7 @@ static void test_hand_impossible_and_nothing(void) {
     // 8 GiB: ZeRO-1 fits first over 8 ranks (2 + 1.5 + 4, B 1 at 1/2), ZeRO-2 over 4 already
     // (2 + 3 + 1, B 4): each stage at its own fewest ranks
     expect_suggestions("8 GiB", &hand_plan, hand_now(), 8 * GIB,
-                       "\n  --offload 1 -b 4 (128 micro-steps per step): 8.00 GiB"
+                       "\n  --offload 2 -b 4 (128 micro-steps per step): 8.00 GiB"
                        "\n  -z 1 over 8 ranks (mpirun -np 8) -b 1 (64 micro-steps per step on each rank): 8.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 8.00 GiB "
@@ -594,7 +598,7 @@ static void test_budget_check(void) {
     g_check_budget = 16 * GIB;
     expect_failure("16 GiB, what fits", check_child, "1", "settings that fit:",
                    "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
-                   "\n  --offload 1 -b 16 (32 micro-steps per step): 14.00 GiB\n  -z 1 over 2 ranks",
+                   "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB\n  -z 1 over 2 ranks",
                    "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB");
     // one byte short of the exact need
     g_check_budget = 50 * GIB - 1;
@@ -710,7 +714,7 @@ static void random_trial(int trial, int *checked) {
              p.act[3], p.impossible);
     CHECK(!fake_misuse,
           "%s: the plan was asked about a setting that changes T, the tokens per step, ranges, the moments "
-          "other than fp32 -> bf16 at the run's ranks and stage, or offload other than 0 -> 1 at the run's ranks, "
+          "other than fp32 -> bf16 at the run's ranks and stage, or offload other than 0 -> 2 at the run's ranks, "
           "stage and moments",
           desc);
     CHECK(got == n, "%s: returned %d, parsed %d lines (%s):%s", desc, n, got, got < 0 ? err : "", msg);
@@ -737,7 +741,7 @@ static void random_trial(int trial, int *checked) {
     while (local + lean + off < got && lines[local + lean + off].s.offload != now.offload) off++;
     ok = off == n_off;
     for (int i = local + lean; ok && i < local + lean + off; i++) ok = same(lines[i].s, want[i]);
-    CHECK(ok, "%s: --offload 1 lines differ from the brute force (%d expected):%s", desc, n_off, msg);
+    CHECK(ok, "%s: --offload 2 lines differ from the brute force (%d expected):%s", desc, n_off, msg);
     ok = got == n_want;
     for (int i = local + lean + off; ok && i < got; i++) ok = same(lines[i].s, want[i]);
     CHECK(ok, "%s: ZeRO lines differ from the brute force (%d expected):%s", desc, n_want - n_local - n_lean - n_off,

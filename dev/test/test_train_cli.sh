@@ -127,7 +127,7 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "GPT-2 1.5B in 16 GiB: ZeRO-1 over 2 ranks with -r 3 fits" \
         "-z 1 over 2 ranks (mpirun -np 2) -r 3 -b 2" -e d48 -b 16 -t 1024 -d 524288 -r 0 --max-device-memory 16G
     expect_error "GPT-2 1.5B in 16 GiB: the optimizer state in host memory fits at B=2" \
-        "--offload 1 -b 2 (256 micro-steps per step): 11.04 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
+        "--offload 2 -b 2 (256 micro-steps per step): 11.13 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
         --max-device-memory 16G
     expect_error "--offload out of range" "--offload must be 0, 1 or 2" $SMALL --offload 3
     # staged offload plans its two staging buffers: 2 x 4M x 12 bytes over --offload 1's 13.72 GiB
