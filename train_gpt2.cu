@@ -1153,12 +1153,13 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
     s.loss_scale_good_steps = model->scaler.good_steps;
     s.n = ns;
     // offloaded fp32 state is written from where it lives (the update above has finished)
-    float *in_place_m = offload_host_fp32(model->m, model->offload, !model->moments_bf16);
-    float *in_place_v = offload_host_fp32(model->v, model->offload, !model->moments_bf16);
-    s.m = in_place_m ? in_place_m : (float *)xmalloc(ns * sizeof(float));
-    s.v = in_place_v ? in_place_v : (float *)xmalloc(ns * sizeof(float));
-    if (!in_place_m) adamw_moments_download(s.m, model->m, ns, model->moments_bf16);
-    if (!in_place_v) adamw_moments_download(s.v, model->v, ns, model->moments_bf16);
+    const int moments_in_place = offload_host_fp32(model->m, model->offload, !model->moments_bf16) != NULL;
+    s.m = moments_in_place ? (float *)model->m : (float *)xmalloc(ns * sizeof(float));
+    s.v = moments_in_place ? (float *)model->v : (float *)xmalloc(ns * sizeof(float));
+    if (!moments_in_place) {
+        adamw_moments_download(s.m, model->m, ns, model->moments_bf16);
+        adamw_moments_download(s.v, model->v, ns, model->moments_bf16);
+    }
     s.master = model->master ? offload_host_fp32(model->master, model->offload, 1) : NULL;
     if (model->master && !s.master) {
         s.master = host;  // reuse the buffer
@@ -1171,8 +1172,10 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
     if (shard_rank != 0) train_state_write(sp, &s);
     gpt2_barrier(model);
     if (model->rank == 0) train_state_write(sp, &s);
-    if (!in_place_m) free(s.m);
-    if (!in_place_v) free(s.v);
+    if (!moments_in_place) {
+        free(s.m);
+        free(s.v);
+    }
     free(s.fp8);
     free(host);
 }
@@ -1196,15 +1199,16 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     s.loader_pos_bytes = (int)sizeof(DataLoaderPos);
     s.n = ns;
     // offloaded fp32 state is read straight into place (no update has run yet)
-    float *in_place_m = offload_host_fp32(model->m, model->offload, !model->moments_bf16);
-    float *in_place_v = offload_host_fp32(model->v, model->offload, !model->moments_bf16);
+    const int moments_in_place = offload_host_fp32(model->m, model->offload, !model->moments_bf16) != NULL;
     float *in_place_master = model->master ? offload_host_fp32(model->master, model->offload, 1) : NULL;
-    s.m = in_place_m ? in_place_m : (float *)xmalloc(ns * sizeof(float));
-    s.v = in_place_v ? in_place_v : (float *)xmalloc(ns * sizeof(float));
+    s.m = moments_in_place ? (float *)model->m : (float *)xmalloc(ns * sizeof(float));
+    s.v = moments_in_place ? (float *)model->v : (float *)xmalloc(ns * sizeof(float));
     s.master = !model->master ? NULL : in_place_master ? in_place_master : params;  // reuse the buffer (ns <= n)
     train_state_read(sp, &s);
-    if (!in_place_m) adamw_moments_upload(model->m, s.m, ns, model->moments_bf16);
-    if (!in_place_v) adamw_moments_upload(model->v, s.v, ns, model->moments_bf16);
+    if (!moments_in_place) {
+        adamw_moments_upload(model->m, s.m, ns, model->moments_bf16);
+        adamw_moments_upload(model->v, s.v, ns, model->moments_bf16);
+    }
     if (model->master && !in_place_master)
         CUDA_CHECK(cudaMemcpy(model->master, s.master, ns * sizeof(float), cudaMemcpyDefault));
     train_state_resume(&s, loader, run, rng);
@@ -1224,8 +1228,10 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
         printf("note: %s holds no FP8 scaling state of this run's layers; the first step scales itself, so the run "
                "continues close to, not bit for bit as, the one that wrote it\n", sp);
     free(s.fp8);
-    if (!in_place_m) free(s.m);
-    if (!in_place_v) free(s.v);
+    if (!moments_in_place) {
+        free(s.m);
+        free(s.v);
+    }
     free(params);
 }
 
