@@ -8,7 +8,7 @@
 # the GPU scripts look in dist/gpu/bin and dist/gpu/data unless BIN= and DATA= say otherwise.
 # Names in dist/gpu/bin: train_gpt2cu, test_gpt2cu, test_attention, test_wgmma (bf16),
 # the same with _fp16 and _fp32 (no attention tests in fp32), test_comm, bench_matmul, test_fp8, bench_fp8,
-# export_hf.
+# export_hf, prepro.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=${DIST:-dist/gpu}
@@ -55,8 +55,9 @@ fi
 # these live in build/ whatever the precision: -B so that they are bf16 for sure
 make -s -B -j"$JOBS" PRECISION=BF16 build/test_comm build/bench_matmul build/test_fp8 build/bench_fp8
 cp build/test_comm build/bench_matmul build/test_fp8 build/bench_fp8 "$DIST/bin/"
-# the exporter runs on the GPU host's CPU: built for any x86-64, not for this machine's
+# the exporter and the tokenizer run on the GPU host's CPU: built for any x86-64, not for this machine's
 gcc -O2 -std=c11 -fopenmp -I. -o "$DIST/bin/export_hf" dev/export_hf.c -lm
+gcc -O2 -std=c11 -fopenmp -I. -o "$DIST/bin/prepro" dev/data/prepro.c -lm
 # which source the binaries came from, for the GPU host to print beside its results
 {
     echo "built $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) by scripts/gpu_bundle.sh"

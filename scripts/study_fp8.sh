@@ -3,7 +3,8 @@
 #   speed   GPT-2 124M (d12) at B=64 T=1024: bf16, --fp8 1 (current scaling), --fp8-layers
 #           blocks, --fp8-scaling delayed, and PyTorch compiled in bf16 beside them; GPT-2 1.5B
 #           (d48) at B=8 T=1024 -r 1: bf16 and --fp8 1 with each scaling, at the same batch.
-#           14 steps each, means over the steps after the 10th: tokens/s, MFU (bf16's peak as
+#           20 steps each, means over the steps after the 10th (a window of more than 1 s,
+#           which J/step needs): tokens/s, MFU (bf16's peak as
 #           the denominator for both), J/step, device memory at peak. Targets: d12 FP8 >=
 #           700,000 tokens/s; d48 FP8 >= 1.3x bf16.
 #   curve   from one initial model (the same seed) and one data order, bf16 and --fp8 1 (and
@@ -18,7 +19,10 @@
 #
 # Run from the repository root on the GPU machine: scripts/study_fp8.sh
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
-# (default dist/gpu/data). PARTS (default "speed curve shapes"); TORCH=0 leaves PyTorch out;
+# (default dist/gpu/data). The curves train on CURVE_DATA's shards (NAME_train_*.bin, NAME_val_*.bin;
+# default $DATA/tiny_shakespeare, which d12's 1000 steps see 50 times over: build a larger corpus
+# with dev/data/python_source.sh and pass CURVE_DATA=data/pysrc/pysrc).
+# PARTS (default "speed curve shapes"); TORCH=0 leaves PyTorch out;
 # TABLE_ONLY=1 prints the table of an existing $OUT/rows.tsv.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -31,17 +35,17 @@ mkdir -p "$OUT"
 ROWS="$OUT/rows.tsv"
 export PYTHONUNBUFFERED=1
 TRAIN="$DATA/tiny_shakespeare_train_*.bin"
-VAL="$DATA/tiny_shakespeare_val_*.bin"
+CURVE_DATA=${CURVE_DATA:-$DATA/tiny_shakespeare}
 # shellcheck source=scripts/study_lib.sh
 . scripts/study_lib.sh
 
-# speed MODEL ROW B FLAGS...: 14 steps of one micro-step, one line in rows.tsv
+# speed MODEL ROW B FLAGS...: 20 steps of one micro-step, one line in rows.tsv
 speed() {
     local model=$1 row=$2 b=$3
     shift 3
     local log="$OUT/speed_${model}_$row.log"
     # shellcheck disable=SC2086  # word lists
-    timeout 300 "$BIN/train_gpt2cu" -e "$model" -i "$TRAIN" -j "$TRAIN" -b "$b" -t 1024 -d $((b * 1024)) -x 14 \
+    timeout 300 "$BIN/train_gpt2cu" -e "$model" -i "$TRAIN" -j "$TRAIN" -b "$b" -t 1024 -d $((b * 1024)) -x 20 \
         -v 0 -s 0 -n 0 -l 1e-4 "$@" > "$log" 2>&1
     local rc=$?
     printf 'speed\t%s\t%s\t%s\t%s\n' "$model" "$row" "$(run_summary "$log")" "rc=$rc -b $b $*" >> "$ROWS"
@@ -55,11 +59,11 @@ curve() {
     local dir="$OUT/curve_${model}_$row"
     rm -rf "$dir"
     # shellcheck disable=SC2086
-    timeout 400 "$BIN/train_gpt2cu" -e "$model" -i "$TRAIN" -j "$VAL" -b 16 -t 1024 -d 16384 -x "$steps" \
-        -v "$every" -s 0 -n 0 -l 6e-4 -u 50 -o "$dir" "$@" > "$dir.log" 2>&1
+    timeout 400 "$BIN/train_gpt2cu" -e "$model" -i "${CURVE_DATA}_train_*.bin" -j "${CURVE_DATA}_val_*.bin" \
+        -b 16 -t 1024 -d 16384 -x "$steps" -v "$every" -s 0 -n 0 -l 6e-4 -u 50 -o "$dir" "$@" > "$dir.log" 2>&1
     local rc=$?
-    python3 - "$dir/metrics.jsonl" "$model" "$row" "rc=$rc $*" >> "$ROWS" << 'PYEOF'
-import json, sys
+    CURVE_DATA=$CURVE_DATA python3 - "$dir/metrics.jsonl" "$model" "$row" "rc=$rc $*" >> "$ROWS" << 'PYEOF'
+import json, os, sys
 path, model, row, cmd = sys.argv[1:]
 val, skipped = "-", 0
 try:
@@ -71,7 +75,7 @@ try:
             skipped += r.get("skipped") or 0
 except OSError:
     pass
-print("\t".join(["curve", model, row, val, str(skipped), "-", "-", "-", "-", cmd]))
+print("\t".join(["curve", model, row, val, str(skipped), "-", "-", "-", "-", cmd + " on " + os.environ["CURVE_DATA"]]))
 PYEOF
     echo "curve $model $row: rc $rc, final val loss $(tail -1 "$ROWS" | cut -f4)"
 }
@@ -79,7 +83,7 @@ PYEOF
 torch_speed() {
     [ "$TORCH" = 1 ] || return 0
     local log="$OUT/speed_d12_torch.log"
-    timeout 400 python3 dev/train_gpt2_torch.py --model d12 --seq-len 1024 --steps 14 --batch 64 --dtype bf16 \
+    timeout 400 python3 dev/train_gpt2_torch.py --model d12 --seq-len 1024 --steps 20 --batch 64 --dtype bf16 \
         --attention flash --compile full --data "$TRAIN" > "$log" 2>&1
     local rc=$?
     python3 - "$log" "rc=$rc" >> "$ROWS" << 'PYEOF'
@@ -152,7 +156,7 @@ if speed:
 curve = [r for r in rows if r[0] == "curve"]
 if curve:
     print()
-    print("loss curves, B=16 T=1024, one initial model and data order")
+    print("loss curves, B=16 T=1024, one initial model and data order, on %s" % curve[0][9].split(" on ")[-1])
     for model in ("d12", "d24"):
         for row in ("fp8", "fp8_delayed"):
             b, f = by.get(("curve", model, "bf16")), by.get(("curve", model, row))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_data_scripts.sh: tests of the data steps for the larger datasets
-# (dev/data/tinystories.sh, dev/data/fineweb.sh, dev/data/to_jsonl.py), without a
+# (dev/data/tinystories.sh, dev/data/fineweb.sh, dev/data/to_jsonl.py,
+# dev/data/python_source.sh), without a
 # network. Everything happens under build/test_data_scripts/:
 #   - to_jsonl.py: --help, bad records reported with file and index, --skip-bad, --strip
+#   - python_source.sh on a small folder: the files it keeps and the tokens; bad arguments
 #   - a fake TinyStories archive (two JSON files) in a mirror directory: the shards have
 #     the right header, val holds exactly the stories of data00.json, and all the tokens
 #     equal those of ./build/tokenize for the same stories (an end-of-text token before
@@ -92,6 +94,15 @@ def make_fineweb(d):
                       "token_count": [len(x) for x in docs]})
         pq.write_table(t, os.path.join(d, f"{i:03d}_00000.parquet"), row_group_size=2)
 
+PYSRC = {"a/one.py": "def f(x):\n    return x + 1\n", "b/copy.py": "def f(x):\n    return x + 1\n",
+         "b/two.py": "print('hé')\n\n\nclass C:\n    pass\n", "b/empty.py": "  \n", "b/notes.txt": "not python"}
+
+def make_pysrc(d):
+    for name, text in PYSRC.items():
+        os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+        open(os.path.join(d, name), "w", encoding="utf-8").write(text)
+    open(os.path.join(d, "b/latin1.py"), "wb").write(b"s = '\xe9'\n")  # not UTF-8: left out
+
 def make_bad_parquet(path):
     import pyarrow as pa, pyarrow.parquet as pq
     pq.write_table(pa.table({"text": ["fine", None, "also fine"]}), path)
@@ -153,6 +164,9 @@ if __name__ == "__main__":
     elif cmd == "check_tinystories":
         sets = [[s.strip() for s in f] for f in STORIES]
         check(sys.argv[2], "tinystories", sys.argv[3], sets)
+    elif cmd == "make_pysrc": make_pysrc(sys.argv[2])
+    elif cmd == "check_pysrc":  # sorted paths; the copy, the blank file and the non-UTF-8 one left out
+        check(sys.argv[2], "pysrc", sys.argv[3], [[PYSRC["a/one.py"], PYSRC["b/two.py"]]])
     elif cmd == "check_fineweb":
         nfiles = int(sys.argv[4])
         n = check(sys.argv[2], "fineweb", sys.argv[3], FINEWEB[:nfiles])
@@ -191,6 +205,23 @@ if [ "$HAVE_PYARROW" = 1 ]; then
     fi
 else
     skip "to_jsonl.py parquet checks: pyarrow is not installed (python3 -m pip install pyarrow)"
+fi
+
+# ---- python_source.sh ------------------------------------------------------------------------
+H make_pysrc "$T/pysrc_in"
+if run pysrc dev/data/python_source.sh --out "$T/pysrc" --val-tokens 5 "$T/pysrc_in" &&
+   log_has pysrc "2 files" && H check_pysrc "$T/pysrc" 5 >"$T/pysrc_check.log" 2>&1; then
+    ok "python_source.sh: .py files in path order, copies, blank and non-UTF-8 files left out, the tokens right"
+else
+    bad "python_source.sh on a small folder"; show pysrc; cat "$T/pysrc_check.log" 2>/dev/null
+fi
+if ! run pysrc_mb dev/data/python_source.sh --out "$T/pysrc_x" --max-mb 1x "$T/pysrc_in" &&
+   log_has pysrc_mb "--max-mb must be a positive integer, got '1x'" &&
+   ! run pysrc_dir dev/data/python_source.sh --out "$T/pysrc_x" "$T/no_such_folder" &&
+   log_has pysrc_dir "no_such_folder' is not a folder" && [ ! -e "$T/pysrc_x" ]; then
+    ok "python_source.sh refuses a bad --max-mb and a missing folder, writing nothing"
+else
+    bad "python_source.sh bad arguments"; show pysrc_mb; show pysrc_dir
 fi
 
 # ---- TinyStories ----------------------------------------------------------------------------
