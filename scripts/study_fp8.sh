@@ -21,7 +21,8 @@
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
 # (default dist/gpu/data). The curves train on CURVE_DATA's shards (NAME_train_*.bin, NAME_val_*.bin;
 # default $DATA/tiny_shakespeare, which d12's 1000 steps see 50 times over: build a larger corpus
-# with dev/data/python_source.sh and pass CURVE_DATA=data/pysrc/pysrc).
+# with dev/data/python_source.sh and pass CURVE_DATA=data/pysrc/pysrc); CURVE_MODELS (default
+# "d12 d24") which models' curves run.
 # PARTS (default "speed curve shapes"); TORCH=0 leaves PyTorch out;
 # TABLE_ONLY=1 prints the table of an existing $OUT/rows.tsv.
 set -u
@@ -36,6 +37,7 @@ ROWS="$OUT/rows.tsv"
 export PYTHONUNBUFFERED=1
 TRAIN="$DATA/tiny_shakespeare_train_*.bin"
 CURVE_DATA=${CURVE_DATA:-$DATA/tiny_shakespeare}
+CURVE_MODELS=${CURVE_MODELS:-d12 d24}
 # shellcheck source=scripts/study_lib.sh
 . scripts/study_lib.sh
 
@@ -116,11 +118,15 @@ for part in $PARTS; do
         speed d48 fp8_delayed 8 -r 1 --fp8 1 --fp8-scaling delayed
         ;;
     curve)
-        curve d12 bf16 1000 100
-        curve d12 fp8 1000 100 --fp8 1
-        curve d12 fp8_delayed 1000 100 --fp8 1 --fp8-scaling delayed
-        curve d24 bf16 300 50
-        curve d24 fp8 300 50 --fp8 1
+        if [[ " $CURVE_MODELS " == *" d12 "* ]]; then
+            curve d12 bf16 1000 100
+            curve d12 fp8 1000 100 --fp8 1
+            curve d12 fp8_delayed 1000 100 --fp8 1 --fp8-scaling delayed
+        fi
+        if [[ " $CURVE_MODELS " == *" d24 "* ]]; then
+            curve d24 bf16 300 50
+            curve d24 fp8 300 50 --fp8 1
+        fi
         ;;
     shapes)
         timeout 300 "$BIN/bench_fp8" > "$OUT/bench_fp8.log" 2>&1
