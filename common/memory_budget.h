@@ -112,17 +112,39 @@ static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, Memo
     snprintf(msg + len, cap - len, "\n  %s: %s%s", buf, gib_text(g, sizeof g, need), s.ranks > 1 ? " per GPU" : "");
 }
 
+// The lines listed so far at the run's ranks and stage, as (micro-batch, recompute level):
+// a line below them is worth listing only where it fits a larger micro-batch than every one
+// of them at the same or a lower recompute level (more recomputation costs more time than a
+// larger micro-batch wins back: docs/memory.md)
+typedef struct {
+    int n, b[2 * MEMORY_MAX_RECOMPUTE + 4], r[2 * MEMORY_MAX_RECOMPUTE + 4];
+} MemoryLines;
+
+static inline int memory_lines_cover(const MemoryLines *l, int r) {
+    int c = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->r[i] <= r && l->b[i] > c) c = l->b[i];
+    return c;
+}
+
+static inline void memory_lines_add(MemoryLines *l, int b, int r) {
+    if (l->n < (int)(sizeof l->b / sizeof l->b[0])) {
+        l->b[l->n] = b;
+        l->r[l->n++] = r;
+    }
+}
+
 // One switch from the run's own setting (alt: now with bf16 moments, or with offload):
 // appends alt's line at the lowest recompute level where it fits a larger micro-batch than
-// *last_b (the largest of the lines before), which it then raises; returns 1 if it did.
+// the lines before cover there; returns 1 if it did.
 static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, MemoryPlanFn plan,
-                                        const void *ctx, char *msg, size_t cap, int *last_b) {
+                                        const void *ctx, char *msg, size_t cap, MemoryLines *seen) {
     size_t need;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = memory_largest_B(budget, alt, r, now.ranks, now.zero_stage, plan, ctx, &need);
-        if (b <= *last_b) continue;
+        if (b <= memory_lines_cover(seen, r)) continue;
         memory_suggest(msg, cap, now, memory_setting(alt, b, r, now.ranks, now.zero_stage), need);
-        *last_b = b;
+        memory_lines_add(seen, b, r);
         return 1;
     }
     return 0;
@@ -130,9 +152,13 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
-// micro-batch that fits (the same tokens per step in more micro-steps);
+// micro-batch that fits (the same tokens per step in more micro-steps), where it is larger
+// than at the levels below;
 // then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where it
-// fits a larger micro-batch than any above; likewise --offload 2 (with the run's moments);
+// fits a larger micro-batch than the lines above at that level or below (so the same
+// micro-batch with less recomputation is listed too: GPT-2 350M in 8G gets --offload 2 -b 8
+// at -r 1, the fastest run measured there, beside -r 3 -b 8); likewise --offload 2 (with the
+// run's moments);
 // then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
 // or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
 // B*T*ranks) at which some micro-batch fits.
@@ -143,25 +169,26 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx, char *msg,
                                      size_t cap) {
     size_t need;
-    int found = 0, last_b = 0;
+    int found = 0;
+    MemoryLines seen = {0};
     msg[0] = 0;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = memory_largest_B(budget, now, r, now.ranks, now.zero_stage, plan, ctx, &need);
-        if (!b || b <= last_b) continue;  // more recomputation is only worth it for a larger micro-batch
+        if (b <= memory_lines_cover(&seen, r)) continue;
         memory_suggest(msg, cap, now, memory_setting(now, b, r, now.ranks, now.zero_stage), need);
         found++;
-        last_b = b;
+        memory_lines_add(&seen, b, r);
         if (b == now.B) break;
     }
-    if (!now.moments_bf16 && last_b < now.B) {
+    if (!now.moments_bf16) {
         MemorySetting lean = now;
         lean.moments_bf16 = 1;
-        found += memory_suggest_switch(budget, now, lean, plan, ctx, msg, cap, &last_b);
+        found += memory_suggest_switch(budget, now, lean, plan, ctx, msg, cap, &seen);
     }
-    if (!now.offload && last_b < now.B) {
+    if (!now.offload) {
         MemorySetting off = now;
         off.offload = MEMORY_OFFLOAD_SUGGESTED;
-        found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &last_b);
+        found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &seen);
     }
     for (int stage = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; stage <= 2; stage++) {
         int done = 0;

@@ -253,14 +253,22 @@ static MemorySetting with_offload(MemorySetting s, int offload) {
     return s;
 }
 
+// The largest B of the lines out[0..n) at recompute level r or below (0: none)
+static int covered(const MemorySetting *out, int n, int r) {
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        if (out[i].recompute <= r && out[i].B > c) c = out[i].B;
+    return c;
+}
+
 // The expected suggestions by brute force over every setting: first, at each recompute level
 // from now's up, the largest B <= now.B that fits with now's ranks, stage, moments and offload,
 // listed only when it beats every lower level (more recomputation is only worth a larger
-// micro-batch); then, for a run with fp32 moments whose own B was not reached, bf16 moments
-// with now's ranks, stage and offload at the lowest recompute level from now's up where a B
-// above every line before fits, with the largest B there; then, for a run without offload whose
-// own B was not reached by any line before, offload with now's ranks, stage and moments, chosen
-// the same way; then ZeRO-1 and ZeRO-2 (not below now's stage on several ranks) with now's
+// micro-batch), up to the level where now's own B fits; then, for a run with fp32 moments, bf16
+// moments with now's ranks, stage and offload at the lowest recompute level from now's up where
+// a B above every line before at that level or below fits, with the largest B there; then, for
+// a run without offload, offload with now's ranks, stage and moments, chosen the same way
+// (against the bf16 line too); then ZeRO-1 and ZeRO-2 (not below now's stage on several ranks) with now's
 // moments and offload, each at the fewest ranks where some (B, r) fits (now's own ranks when it
 // has several and the stage is above its own, then doubling up to 8), with the least
 // recomputation that fits there and the largest B at it.
@@ -282,28 +290,29 @@ static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemoryS
                                      budget))
                                 best[mo][of][k][st][r] = B;
                     }
-    int n = 0, k_now = now.ranks == 1 ? 0 : now.ranks == 2 ? 1 : now.ranks == 4 ? 2 : 3, beaten = 0;
+    int n = 0, k_now = now.ranks == 1 ? 0 : now.ranks == 2 ? 1 : now.ranks == 4 ? 2 : 3;
     int mo_now = now.moments_bf16, of_now = now.offload, st_now = now.zero_stage;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = best[mo_now][of_now][k_now][st_now][r];
-        if (b > beaten)
+        if (b > covered(out, n, r))
             out[n++] = with_offload(setting(b, r, now.ranks, st_now, now.total_batch, now.T, mo_now), of_now);
-        if (b > beaten) beaten = b;
+        if (b == now.B) break;
     }
     *n_local = n;
     *n_lean = *n_off = 0;
-    if (!now.moments_bf16 && beaten < now.B) {
+    if (!now.moments_bf16) {
         int r = now.recompute;
-        while (r <= MEMORY_MAX_RECOMPUTE && best[1][of_now][k_now][st_now][r] <= beaten) r++;
+        while (r <= MEMORY_MAX_RECOMPUTE && best[1][of_now][k_now][st_now][r] <= covered(out, n, r)) r++;
         if (r <= MEMORY_MAX_RECOMPUTE) {
-            beaten = best[1][of_now][k_now][st_now][r];
-            out[n++] = with_offload(setting(beaten, r, now.ranks, st_now, now.total_batch, now.T, 1), of_now);
+            out[n++] = with_offload(setting(best[1][of_now][k_now][st_now][r], r, now.ranks, st_now, now.total_batch,
+                                            now.T, 1),
+                                    of_now);
             *n_lean = 1;
         }
     }
-    if (!now.offload && beaten < now.B) {
+    if (!now.offload) {
         int r = now.recompute;
-        while (r <= MEMORY_MAX_RECOMPUTE && best[mo_now][1][k_now][st_now][r] <= beaten) r++;
+        while (r <= MEMORY_MAX_RECOMPUTE && best[mo_now][1][k_now][st_now][r] <= covered(out, n, r)) r++;
         if (r <= MEMORY_MAX_RECOMPUTE) {
             out[n++] = with_offload(
                 setting(best[mo_now][1][k_now][st_now][r], r, now.ranks, st_now, now.total_batch, now.T, mo_now),
@@ -379,19 +388,20 @@ static void expect_suggestions(const char *what, const FakePlan *p, MemorySettin
 static void test_hand_local_and_zero(void) {
     // 24 GiB: 18 GiB before activations leaves 6 for B at 1/2, 1/4, 1/8 GiB each: 12, 24, 48,
     // the largest divisors of 512 below them are 8, 16, 32; bf16 moments (14 GiB leaves 10)
-    // give B 16 at -r 0 and 32 at -r 1, no more than 32, and 64 at -r 2: listed there;
-    // ZeRO-1 over 2 ranks leaves 12 GiB, B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB,
-    // B 28 -> 16
+    // give B 16 at -r 0, above -r 0's 8: listed there; --offload 2 (6 GiB before activations)
+    // B 32 at -r 0, above the 16 of the lines at -r 0; ZeRO-1 over 2 ranks leaves 12 GiB,
+    // B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB, B 28 -> 16
     expect_suggestions("24 GiB", &hand_plan, hand_now(), 24 * GIB,
                        "\n  -b 8 (64 micro-steps per step): 22.00 GiB"
                        "\n  -r 1 -b 16 (32 micro-steps per step): 22.00 GiB"
                        "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB"
-                       "\n  --optimizer-state bf16 -r 2: 22.00 GiB"
+                       "\n  --optimizer-state bf16 -b 16 (32 micro-steps per step): 22.00 GiB"
+                       "\n  --offload 2 -b 32 (16 micro-steps per step): 22.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 20.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
-                       6);
+                       7);
     // 16 GiB: nothing fits on one GPU with fp32 moments (18 GiB before activations); with bf16
     // moments 14 GiB leaves 2, B 4 at -r 0; ZeRO-1 over 2 ranks (fp32 moments, as the run) leaves
     // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8
@@ -419,15 +429,15 @@ static void test_hand_optimizer_state(void) {
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
                        "per GPU",
                        7);
-    // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5: at -r 0 B 10 -> 8, no
-    // larger than -r 2's 8, so not there (only a larger micro-batch is worth the change); at
-    // -r 1 B 20 -> 16: listed
-    expect_suggestions("19 GiB, bf16 ties at -r 0", &hand_plan, hand_now(), 19 * GIB,
+    // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5: at -r 0 B 10 -> 8, the
+    // B of -r 2 with less recomputation: listed at -r 0 (not at -r 1's larger 16); --offload 2
+    // leaves 13 at -r 0, B 26 -> 16, above the bf16 line's 8
+    expect_suggestions("19 GiB, bf16 at -r 0 as -r 2", &hand_plan, hand_now(), 19 * GIB,
                        "\n  -b 2 (256 micro-steps per step): 19.00 GiB"
                        "\n  -r 1 -b 4 (128 micro-steps per step): 19.00 GiB"
                        "\n  -r 2 -b 8 (64 micro-steps per step): 19.00 GiB"
-                       "\n  --optimizer-state bf16 -r 1 -b 16 (32 micro-steps per step): 18.00 GiB"
-                       "\n  --offload 2 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
+                       "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
+                       "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
@@ -452,15 +462,16 @@ static void test_hand_optimizer_state(void) {
                        "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 14.00 GiB per GPU",
                        3);
     // a run with bf16 moments already (46 GiB): the local lines and ZeRO with its bf16 moments
-    // (14 GiB before activations leaves 2, B 4, 8, 16; ZeRO-1 over 2 ranks 2 + 4 + 4 leaves 6,
-    // B 12 -> 8; ZeRO-2 2 + 4 + 2 leaves 8, B 16), never --optimizer-state
+    // (14 GiB before activations leaves 2, B 4, 8, 16; --offload 2 leaves 10 at -r 0, B 16;
+    // ZeRO-1 over 2 ranks 2 + 4 + 4 leaves 6, B 12 -> 8; ZeRO-2 2 + 4 + 2 leaves 8, B 16),
+    // never --optimizer-state
     now = hand_now();
     now.moments_bf16 = 1;
     expect_suggestions("16 GiB, the run in bf16", &hand_plan, now, 16 * GIB,
                        "\n  -b 4 (128 micro-steps per step): 16.00 GiB"
                        "\n  -r 1 -b 8 (64 micro-steps per step): 16.00 GiB"
                        "\n  -r 2 -b 16 (32 micro-steps per step): 16.00 GiB"
-                       "\n  --offload 2 -r 1 -b 32 (16 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 16.00 GiB "
@@ -504,17 +515,19 @@ static void test_hand_recompute_not_worth_it(void) {
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 6.00 GiB "
                        "per GPU",
                        4);
-    // a run at -r 1 whose B fits at -r 2: a smaller B at -r 1, then the recompute change alone;
-    // over 2 ranks the same B fits (12 GiB before activations, 8 for B 32 at 1/4)
+    // a run at -r 1 whose B fits at -r 2: a smaller B at -r 1, then the recompute change alone,
+    // then bf16 moments alone (14 GiB before activations, 8 for B 32 at -r 1); over 2 ranks the
+    // same B fits (12 GiB before activations)
     MemorySetting now = hand_now();
     now.B = 32;
     now.recompute = 1;
     now.total_batch = 32L * 1024 * 4;
     expect_suggestions("-r 2 alone", &hand_plan, now, 18 * GIB + 4 * GIB,
                        "\n  -b 16 (8 micro-steps per step): 22.00 GiB\n  -r 2: 22.00 GiB"
+                       "\n  --optimizer-state bf16: 22.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 20.00 GiB per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 18.00 GiB per GPU",
-                       4);
+                       5);
 }
 
 static void test_hand_impossible_and_nothing(void) {

@@ -129,6 +129,12 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "GPT-2 1.5B in 16 GiB: the optimizer state in host memory fits at B=2" \
         "--offload 2 -b 2 (256 micro-steps per step): 11.13 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
         --max-device-memory 16G
+    # a switch is listed where it fits a larger micro-batch than the lines above at the same or
+    # less recomputation: GPT-2 350M in 8 GiB gets --offload 2 -b 8 at its own -r 1 (the fastest
+    # run measured in that budget), not only -r 3 -b 8
+    expect_error "GPT-2 350M in 8 GiB: --offload 2 -b 8 at the run's -r 1" \
+        "--offload 2 -b 8 (64 micro-steps per step): 7.22 GiB" \
+        -e d24 -b 32 -t 1024 -d 524288 --max-device-memory 8G
     expect_error "--offload out of range" "--offload must be 0, 1 or 2" $SMALL --offload 3
     # staged offload plans its two staging buffers: 2 x 4M x 12 bytes over --offload 1's 13.72 GiB
     expect_error "--offload 2 counts its staging buffers" "this run needs 13.82 GiB" -e d48 -b 4 -r 1 -t 1024 \
