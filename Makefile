@@ -28,8 +28,9 @@ GPU_ARCH ?= 90a
 FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
 NVCC_ARCH_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
                   -DGPU_CC=$(subst a,,$(GPU_ARCH)) -I.
-NVCC_FLAGS = $(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION) -DGIT_COMMIT=\"$(GIT_COMMIT)\"
-NVCC_LIBS = -lcublas -lcublasLt -lnccl -ldl
+# OpenMP on the host side: the random initialisation fills its chunks in parallel (common/rng.h)
+NVCC_FLAGS = $(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION) -DGIT_COMMIT=\"$(GIT_COMMIT)\" -Xcompiler -fopenmp
+NVCC_LIBS = -lcublas -lcublasLt -lnccl -ldl -lgomp
 HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 MPICC ?= mpicc
 HAVE_MPI := $(shell command -v $(MPICC) 2>/dev/null)
@@ -148,7 +149,7 @@ UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
              build/san/test_loss_scaler build/san/test_export_hf build/san/test_sampling \
              build/san/test_hellaswag build/san/test_memory_budget build/tsan/test_dataloader \
-             build/san/test_update_pieces build/san/test_step_rules
+             build/san/test_update_pieces build/san/test_step_rules build/san/test_rng
 
 # The dependencies come first, before anything is built (mpicc builds a unit test), and the
 # tests run in a sub-make so that HAVE_MPI, PYTHON_TORCH, ... see what was just installed.

@@ -110,6 +110,7 @@ run sgemm-sanitized ./build/san/test_sgemm
 run energy-reader env LD_LIBRARY_PATH=build/fake_nvml ./build/san/test_energy
 run loss-scaler ./build/san/test_loss_scaler
 run step-rules ./build/san/test_step_rules
+run rng ./build/san/test_rng
 run sampling ./build/san/test_sampling
 run hellaswag-unit ./build/san/test_hellaswag
 run memory-budget ./build/san/test_memory_budget
