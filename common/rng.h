@@ -4,7 +4,7 @@
 #define COMMON_RNG_H
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
+#include "util.h"
 
 static inline uint64_t rng_next_u64(uint64_t *state) {
     uint64_t x = *state;
@@ -52,9 +52,16 @@ static inline uint64_t rng_jump_apply(const RngJump *m, uint64_t x) {
     return y;
 }
 
+// a then b (b's columns through a)
+static inline RngJump rng_jump_compose(const RngJump *a, const RngJump *b) {
+    RngJump c;
+    for (int j = 0; j < 64; j++) c.col[j] = rng_jump_apply(a, b->col[j]);
+    return c;
+}
+
 // M^k
 static inline RngJump rng_jump_draws(uint64_t k) {
-    RngJump m, r, t;
+    RngJump m, r;
     for (int j = 0; j < 64; j++) {
         uint64_t x = 1ull << j;
         x ^= x >> 12;
@@ -64,12 +71,8 @@ static inline RngJump rng_jump_draws(uint64_t k) {
         r.col[j] = 1ull << j;
     }
     for (; k; k >>= 1) {
-        if (k & 1) {
-            for (int j = 0; j < 64; j++) t.col[j] = rng_jump_apply(&m, r.col[j]);
-            r = t;
-        }
-        for (int j = 0; j < 64; j++) t.col[j] = rng_jump_apply(&m, m.col[j]);
-        m = t;
+        if (k & 1) r = rng_jump_compose(&m, &r);
+        m = rng_jump_compose(&m, &m);
     }
     return r;
 }
@@ -82,15 +85,11 @@ static inline RngJump rng_jump_draws(uint64_t k) {
 // 1.5B's initialisation is 1.5 billion of them (40 s on one core).
 static inline void rng_fill_normal(uint64_t *state, float *out, size_t n, float mean, float std) {
     const size_t pairs = (n + 1) / 2, chunks = (pairs + RNG_NORMAL_CHUNK_PAIRS - 1) / RNG_NORMAL_CHUNK_PAIRS;
-    if (chunks <= 1) {
+    if (chunks <= 1) {  // (n = 0 included: the state stays)
         for (size_t i = 0; i < n; i += 2) rng_normal_pair(state, out, i, n, mean, std);
         return;
     }
-    uint64_t *start = (uint64_t *)malloc(chunks * sizeof(uint64_t)), end = 0;
-    if (!start) {  // no room for the start states: the sequential pass gives the same values
-        for (size_t i = 0; i < n; i += 2) rng_normal_pair(state, out, i, n, mean, std);
-        return;
-    }
+    uint64_t *start = (uint64_t *)xmalloc(chunks * sizeof(uint64_t)), end = 0;
     const RngJump jump = rng_jump_draws(2 * RNG_NORMAL_CHUNK_PAIRS);
     start[0] = *state;
     for (size_t c = 1; c < chunks; c++) start[c] = rng_jump_apply(&jump, start[c - 1]);
@@ -100,7 +99,8 @@ static inline void rng_fill_normal(uint64_t *state, float *out, size_t n, float 
     for (size_t c = 0; c < chunks; c++) {
         uint64_t s = start[c];
         size_t hi = (c + 1) * RNG_NORMAL_CHUNK_PAIRS * 2;
-        for (size_t i = c * RNG_NORMAL_CHUNK_PAIRS * 2; i < n && i < hi; i += 2) rng_normal_pair(&s, out, i, n, mean, std);
+        for (size_t i = c * RNG_NORMAL_CHUNK_PAIRS * 2; i < n && i < hi; i += 2)
+            rng_normal_pair(&s, out, i, n, mean, std);
         if (c == chunks - 1) end = s;
     }
     free(start);
