@@ -6,11 +6,16 @@
 #include <stdint.h>
 #include "util.h"
 
-static inline uint64_t rng_next_u64(uint64_t *state) {
-    uint64_t x = *state;
+// the state update alone (linear over GF(2): rng_jump_draws builds its matrix from it)
+static inline uint64_t rng_xorshift(uint64_t x) {
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
+    return x;
+}
+
+static inline uint64_t rng_next_u64(uint64_t *state) {
+    uint64_t x = rng_xorshift(*state);
     *state = x;
     return x * 0x2545F4914F6CDD1Dull;
 }
@@ -38,8 +43,8 @@ static inline void rng_normal_pair(uint64_t *state, float *out, size_t i, size_t
     if (i + 1 < n) out[i + 1] = (float)(mean + std * r * sin(2.0 * M_PI * u2));
 }
 
-// Jumping ahead: xorshift64*'s state update (the shifts and xors of rng_next_u64, before the
-// output multiply) is linear over GF(2), a 64x64 bit matrix M; k draws move the state by M^k.
+// Jumping ahead: xorshift64*'s state update (rng_xorshift, before the output multiply) is
+// linear over GF(2), a 64x64 bit matrix M; k draws move the state by M^k.
 // col[j] is the image of bit j.
 typedef struct {
     uint64_t col[64];
@@ -63,11 +68,7 @@ static inline RngJump rng_jump_compose(const RngJump *a, const RngJump *b) {
 static inline RngJump rng_jump_draws(uint64_t k) {
     RngJump m, r;
     for (int j = 0; j < 64; j++) {
-        uint64_t x = 1ull << j;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        m.col[j] = x;
+        m.col[j] = rng_xorshift(1ull << j);
         r.col[j] = 1ull << j;
     }
     for (; k; k >>= 1) {

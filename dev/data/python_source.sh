@@ -34,8 +34,12 @@ if [ ${#FOLDERS[@]} = 0 ]; then
     mapfile -t FOLDERS < <(python3 -c 'import sysconfig as s; p = s.get_paths()
 print("\n".join(sorted({p["stdlib"], p["purelib"], p["platlib"]})))')
 fi
-PREPRO=${PREPRO:-./prepro}  # (scripts/gpu_bundle.sh puts one in dist/gpu/bin)
-[ -x "$PREPRO" ] || { PREPRO=./prepro; make -s prepro; }
+if [ -n "${PREPRO:-}" ]; then  # (scripts/gpu_bundle.sh puts one in dist/gpu/bin)
+    [ -x "$PREPRO" ] || { echo "python_source.sh: PREPRO=$PREPRO is not an executable file" >&2; exit 1; }
+else
+    PREPRO=./prepro
+    make -s prepro
+fi
 mkdir -p "$OUTDIR"
 JSONL="$OUTDIR/pysrc.jsonl"
 python3 - "$MAX_MB" "$JSONL" "${FOLDERS[@]}" << 'PYEOF'

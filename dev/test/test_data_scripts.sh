@@ -218,10 +218,12 @@ fi
 if ! run pysrc_mb dev/data/python_source.sh --out "$T/pysrc_x" --max-mb 1x "$T/pysrc_in" &&
    log_has pysrc_mb "--max-mb must be a positive integer, got '1x'" &&
    ! run pysrc_dir dev/data/python_source.sh --out "$T/pysrc_x" "$T/no_such_folder" &&
-   log_has pysrc_dir "no_such_folder' is not a folder" && [ ! -e "$T/pysrc_x" ]; then
-    ok "python_source.sh refuses a bad --max-mb and a missing folder, writing nothing"
+   log_has pysrc_dir "no_such_folder' is not a folder" &&
+   ! run pysrc_pp env PREPRO="$T/no_prepro" dev/data/python_source.sh --out "$T/pysrc_x" "$T/pysrc_in" &&
+   log_has pysrc_pp "no_prepro is not an executable file" && [ ! -e "$T/pysrc_x" ]; then
+    ok "python_source.sh refuses a bad --max-mb, a missing folder and a missing PREPRO, writing nothing"
 else
-    bad "python_source.sh bad arguments"; show pysrc_mb; show pysrc_dir
+    bad "python_source.sh bad arguments"; show pysrc_mb; show pysrc_dir; show pysrc_pp
 fi
 
 # ---- TinyStories ----------------------------------------------------------------------------
