@@ -156,6 +156,8 @@ run export-hf $PYTHON_TORCH dev/test/test_export_hf.py
 # the CPU trainer's command line: bad input, training, bit-exact resume
 run train-cli ./dev/test/test_train_cli.sh
 run kill-resume ./dev/test/test_kill_resume.sh
+# the checkpoint comparator of dev/test/same_behaviour_gpu.sh, on the CPU trainer's checkpoints
+run compare-checkpoints ./dev/test/test_compare_checkpoints.sh
 # the HellaSwag evaluation (-h 1) end to end, against PyTorch's answers
 run hellaswag env PYTHON_TORCH=$PYTHON_TORCH ./dev/test/test_hellaswag.sh
 # the option lists in docs/command-line.md against the programs' --help
