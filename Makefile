@@ -50,6 +50,8 @@ PYTHON ?= python3
 
 COMMON_H = $(wildcard common/*.h)
 KERNELS_H = $(wildcard kernels/*.cuh)
+# the GPU trainer's modules (settings, model, optimizer, ...)
+GPU_H = $(wildcard gpu/*.cuh)
 COMM_CUH = kernels/comm.cuh kernels/common.cuh
 ATTN_CUH = kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh
 MATMUL_CUH = kernels/matmul.cuh kernels/common.cuh
@@ -184,10 +186,10 @@ CUDA_TESTS = $(if $(filter FP32,$(PRECISION)),,$(addprefix build/,$(ATTN_TESTS))
 CUDA_TESTS += $(if $(filter FP32,$(PRECISION)),,build/test_fp8)
 cuda: train_gpt2cu test_gpt2cu $(CUDA_TESTS)  ## build the GPU trainer and its test (nvcc)
 
-train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
+train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
+test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 # Every CUDA program in one precision, in a folder of its own: make test compiles all three
@@ -196,11 +198,11 @@ cuda-FP32: $(addprefix build/cuda_FP32/,train_gpt2cu test_gpt2cu)  ## every CUDA
 cuda-FP16: $(addprefix build/cuda_FP16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, FP16
 cuda-BF16: $(addprefix build/cuda_BF16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, BF16
 
-build/cuda_%/train_gpt2cu: train_gpt2.cu $(KERNELS_H) $(COMMON_H)
+build/cuda_%/train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/cuda_%/test_gpt2cu: test_gpt2.cu train_gpt2.cu $(KERNELS_H) $(COMMON_H)
+build/cuda_%/test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 

@@ -10,6 +10,7 @@
 #include "common/dataloader.h"
 #include "common/logger.h"
 #include "common/rng.h"
+#include "common/run_summary.h"
 #include "common/schedule.h"
 #include "common/sgemm.h"
 #include "common/tokenizer.h"
@@ -505,13 +506,11 @@ static double sum_of_squares(const float *x, size_t n) {
 }
 
 // Clips by global norm (if grad_clip > 0) and applies one AdamW step (t counts from 1).
-// Returns the gradient norm before clipping; a non-finite norm, or a loss or norm above
-// h's limits, skips the update.
+// Returns the gradient norm before clipping; common/update_rule.h decides whether the update
+// is skipped (a non-finite loss or norm, or one above h's limits).
 static float gpt2_update(GPT2 *model, const AdamWConfig *h, int t, float loss) {
     float norm = (float)sqrt(sum_of_squares(model->grads, model->num_params));
-    if (!isfinite(norm) || !isfinite(loss) || (h->max_loss > 0 && loss > h->max_loss) ||
-        (h->max_norm > 0 && norm > h->max_norm))
-        return norm;
+    if (update_rule(loss, norm, h->max_loss, h->max_norm) != UPDATE_APPLIED) return norm;
     float clip = (h->grad_clip > 0.0f && norm > h->grad_clip) ? h->grad_clip / norm : 1.0f;
     float bc1 = 1.0f - powf(h->beta1, (float)t), bc2 = 1.0f - powf(h->beta2, (float)t);
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
@@ -642,13 +641,46 @@ static void trainer_save(void *t, int step1) {
     printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 
+// The steps a run's means are over: those after its first step, whose time holds the first
+// touch of every buffer and the start of OpenMP's threads, or that step in a run of one step.
+typedef struct {
+    int from;        // the first timed step, from 0
+    int n;           // steps timed so far
+    double seconds;  // their time
+} TimedSteps;
+
+static TimedSteps timed_steps_for(int start_step, int max_steps) {
+    TimedSteps t = {max_steps - start_step > 1 ? start_step + 1 : start_step, 0, 0.0};
+    return t;
+}
+
+static void timed_steps_add(TimedSteps *t, int step, double dt) {
+    if (step < t->from) return;
+    t->n++;
+    t->seconds += dt;
+}
+
+// The record that ends metrics.jsonl: the means over the timed steps (GFLOP/s where the GPU
+// trainer has MFU), the host's memory at peak, the data stall; no energy or device memory.
+static void log_cpu_run_summary(Logger *lg, const TimedSteps *t, int max_steps, double tokens_per_step,
+                                double flops_per_step, double stall_ms, int skipped_updates) {
+    RunSummary s;
+    run_summary_init(&s);
+    run_summary_window(&s, max_steps, t->n, t->seconds, tokens_per_step);
+    if (t->n > 0) s.gflops = flops_per_step * t->n / t->seconds / 1e9;
+    s.host_peak_mib = run_host_peak_mib();
+    s.data_stall_ms = stall_ms;
+    s.skipped_updates = skipped_updates;
+    log_run_summary(lg, &s);
+}
+
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 64);
-    ArgSpec specs[TRAIN_OPTIONS_COUNT];
-    int nspecs = train_options_specs(&o, specs);
-    args_parse(argc, argv, specs, nspecs,
-               "usage: train_gpt2 [options]\n\nTrains GPT-2 on the CPU in fp32 (threads: OMP_NUM_THREADS).");
+    ARG_TABLE(options, TRAIN_OPTIONS_COUNT);
+    train_options_add(&options, &o);
+    args_parse_table(argc, argv, &options,
+                     "usage: train_gpt2 [options]\n\nTrains GPT-2 on the CPU in fp32 (threads: OMP_NUM_THREADS).");
     train_options_validate(&o);  // before any large allocation
     int B = o.B, T = o.T;
 
@@ -697,6 +729,7 @@ int main(int argc, char **argv) {
     const BetweenStepsFns between = {trainer_evaluate, trainer_hellaswag, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
+    TimedSteps timed = timed_steps_for(start_step, max_steps);
     const double t_run = wall_seconds();
     for (int step = start_step; step < max_steps; step++) {
         double t0 = wall_seconds();
@@ -717,6 +750,7 @@ int main(int argc, char **argv) {
         float norm = NAN;
         if (isfinite(loss)) norm = gpt2_update(&model, &opt, adamw_step_count(&run, step + 1), loss);
         double dt = wall_seconds() - t0;
+        timed_steps_add(&timed, step, dt);
         StepReport r = {step + 1, max_steps, loss, norm, opt.lr, dt, NAN, flops_per_step / dt / 1e9, o.total_batch,
                         0, 0, update_fate(loss, norm, &opt), &opt};
         run_progress(t_run, start_step, step + 1, max_steps, &r.elapsed, &r.eta);
@@ -727,6 +761,8 @@ int main(int argc, char **argv) {
     }
     report_data_stall(&data, &o, max_steps - start_step);
     final_sample(&o, can_sample, max_steps, between, &tr);
+    log_cpu_run_summary(&lg, &timed, max_steps, o.total_batch, flops_per_step,
+                        data_stall_ms(&data, max_steps - start_step), run.skipped_total);
     free(val_inputs);
     free(val_targets);
     free(inputs);

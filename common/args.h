@@ -20,6 +20,30 @@ typedef struct {
     const char *help;
 } ArgSpec;
 
+// A program's option table: options are added one by one and the capacity is checked at
+// each addition, so that a new option beyond it stops the program with an internal error
+// instead of writing past the array.
+typedef struct {
+    ArgSpec *specs;
+    int n, cap;
+} ArgTable;
+
+// ArgTable over a local array of `capacity` specs, e.g. ARG_TABLE(options, 64);
+#define ARG_TABLE(name, capacity)          \
+    ArgSpec name##_specs[capacity];        \
+    ArgTable name = {name##_specs, 0, (capacity)}
+
+static inline void args_add(ArgTable *t, const char *short_flag, const char *long_flag, ArgType type, void *dest,
+                            const char *help) {
+    if (t->n >= t->cap) fatal("internal: option table full (%d options) adding %s", t->cap, long_flag);
+    ArgSpec *s = &t->specs[t->n++];
+    s->short_flag = short_flag;
+    s->long_flag = long_flag;
+    s->type = type;
+    s->dest = dest;
+    s->help = help;
+}
+
 static inline void args_print_help(const char *usage, const ArgSpec *specs, int n) {
     printf("%s\n\nOptions:\n", usage);
     for (int i = 0; i < n; i++) {
@@ -94,6 +118,10 @@ static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n
             *(const char **)s->dest = value;
         }
     }
+}
+
+static inline void args_parse_table(int argc, char **argv, const ArgTable *t, const char *usage) {
+    args_parse(argc, argv, t->specs, t->n, usage);
 }
 
 #endif // COMMON_ARGS_H

@@ -4,11 +4,13 @@
 // of 524,288 tokens takes seconds); the board's energy counter (common/energy.h) is
 // read where the timed steps start and end, and around the work between steps
 // (evaluation, sampling, checkpoints), whose energy is not the steps'. It is never read
-// inside a step: a read takes ~3 ms on the H200, and the counter moves every ~100 ms.
+// inside a step: a read takes milliseconds (docs/performance.md), and the counter moves
+// every ~100 ms.
 #ifndef COMMON_STEP_METER_H
 #define COMMON_STEP_METER_H
 #include "util.h"
 #include "energy.h"
+#include "run_summary.h"
 
 #define STEP_METER_WARMUP 10  // steps left out of the means (micro-steps, for long steps)
 // The shortest timed window whose J/step is printed: the counter moves about every 100 ms,
@@ -58,13 +60,18 @@ static inline void step_meter_resume(StepMeter *sm, int step, int other) {
     if (other && step_meter_timed(sm, step)) sm->e_other += energy_joules(&sm->energy) - sm->e_pause;
 }
 
-// The energy line of step_meter_report for the timed steps first..last_step: J/step only if
-// every read worked and the window lasted STEP_METER_MIN_ENERGY_S or more.
+// Whether the timed steps have a J/step: every read of the counter worked and the window
+// lasted STEP_METER_MIN_ENERGY_S or more.
+static inline int step_meter_energy_measured(const StepMeter *sm) {
+    return sm->energy.get_energy && sm->sum_dt >= STEP_METER_MIN_ENERGY_S;
+}
+
+// The energy line of step_meter_report for the timed steps first..last_step.
 static inline void step_meter_print_energy(FILE *f, const StepMeter *sm, double joules, int first, int last_step,
                                            const char *board) {
     if (!sm->energy.get_energy)
         fprintf(f, "energy: not measured (%s)\n", sm->energy.why);
-    else if (sm->sum_dt < STEP_METER_MIN_ENERGY_S)
+    else if (!step_meter_energy_measured(sm))
         fprintf(f, "energy over steps %d..%d: not measured (the timed steps took %.2f s; the board's counter, which "
                 "moves about every 100 ms, needs %.0f s or more)\n", first, last_step, sm->sum_dt,
                 STEP_METER_MIN_ENERGY_S);
@@ -73,16 +80,24 @@ static inline void step_meter_print_energy(FILE *f, const StepMeter *sm, double 
                 board, joules / sm->timed_steps, joules / sm->sum_dt);
 }
 
-// Prints the means over the timed steps (last_step: the run's last step, from 1) and
-// closes the energy counter.
+// Prints the means over the timed steps (last_step: the run's last step, from 1), puts them
+// into out (when not NULL: the timed window, ms/step, tokens/s, MFU and J/step, NAN where
+// the console says there is none; its other figures are left as they are) and closes the
+// energy counter.
 static inline void step_meter_report(StepMeter *sm, int last_step, double tokens_per_step, double flops_per_step,
-                                     double peak_flops, int print, const char *board) {
-    double joules = sm->timed_steps > 0 ? energy_joules(&sm->energy) - sm->e_start - sm->e_other : 0.0;
-    if (print && sm->timed_steps > 0) {
-        int first = sm->start_step + sm->warmup + 1, n = sm->timed_steps;
+                                     double peak_flops, int print, const char *board, RunSummary *out) {
+    const int n = sm->timed_steps;
+    double joules = n > 0 ? energy_joules(&sm->energy) - sm->e_start - sm->e_other : 0.0;
+    if (print && n > 0) {
+        int first = sm->start_step + sm->warmup + 1;
         printf("mean over steps %d..%d: %.1f ms/step, %.0f tok/s, MFU %.1f%%\n", first, last_step, 1e3 * sm->sum_dt / n,
                tokens_per_step * n / sm->sum_dt, 100.0 * flops_per_step * n / sm->sum_dt / peak_flops);
         step_meter_print_energy(stdout, sm, joules, first, last_step, board);
+    }
+    if (out) {
+        run_summary_window(out, last_step, n, sm->sum_dt, tokens_per_step);
+        out->mfu = n > 0 ? flops_per_step * n / sm->sum_dt / peak_flops : NAN;
+        out->joules_per_step = n > 0 && step_meter_energy_measured(sm) ? joules / n : NAN;
     }
     energy_close(&sm->energy);
 }

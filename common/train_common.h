@@ -15,6 +15,7 @@
 #include "safetensors.h"
 #include "schedule.h"
 #include "tokenizer.h"
+#include "update_rule.h"
 #include <dirent.h>
 #include <float.h>
 #include <math.h>
@@ -65,90 +66,71 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->max_skipped = 100;
 }
 
-static inline ArgSpec arg_spec(const char *short_flag, const char *long_flag, ArgType type, void *dest,
-                               const char *help) {
-    ArgSpec s;
-    s.short_flag = short_flag;
-    s.long_flag = long_flag;
-    s.type = type;
-    s.dest = dest;
-    s.help = help;
-    return s;
-}
-
+// Options both trainers take: a trainer's option table starts with these and adds its own.
 #define TRAIN_OPTIONS_COUNT 38
-
-// Writes the shared options into specs (room for TRAIN_OPTIONS_COUNT); returns the count.
-// A trainer appends its own options after these.
-static inline int train_options_specs(TrainOptions *o, ArgSpec *specs) {
-    int n = 0;
-    specs[n++] = arg_spec("-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
-    specs[n++] =
-        arg_spec("-j", "--val-data", ARG_STRING, &o->val_pattern, "validation shards (glob); empty string: none");
-    specs[n++] = arg_spec("-e", "--model", ARG_STRING, &o->model_arg,
-                          "checkpoint file, Hugging Face GPT-2 directory, or descriptor "
-                          "d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
-    specs[n++] = arg_spec("-o", "--output-dir", ARG_STRING, &o->out_dir, "directory for main.log and checkpoints");
-    specs[n++] = arg_spec("-b", "--batch-size", ARG_INT, &o->B, "micro-batch size B");
-    specs[n++] = arg_spec("-t", "--seq-len", ARG_INT, &o->T, "sequence length T");
-    specs[n++] = arg_spec("-d", "--total-batch-size", ARG_INT, &o->total_batch,
-                          "tokens per step, a multiple of B*T*ranks (-1: B*T*ranks, no accumulation)");
-    specs[n++] = arg_spec("-x", "--max-steps", ARG_INT, &o->max_steps, "optimizer steps (-1: one epoch)");
-    specs[n++] = arg_spec("-l", "--learning-rate", ARG_FLOAT, &o->lr, "peak learning rate");
-    specs[n++] = arg_spec("-u", "--warmup-steps", ARG_INT, &o->warmup, "linear warmup steps");
-    specs[n++] = arg_spec("-q", "--final-lr-fraction", ARG_FLOAT, &o->final_frac, "final lr as a fraction of the peak");
-    specs[n++] = arg_spec("-k", "--lr-schedule", ARG_STRING, &o->sched_name, "cosine|linear|constant|wsd");
-    specs[n++] =
-        arg_spec(NULL, "--wsd-decay-fraction", ARG_FLOAT, &o->wsd_frac, "wsd: fraction of steps spent decaying");
-    specs[n++] = arg_spec("-c", "--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D weights only)");
-    specs[n++] =
-        arg_spec(NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
-    specs[n++] = arg_spec("-sl", "--skip-loss-z", ARG_FLOAT, &o->skip_loss_z,
-                          "skip the update of a step whose loss has a z-score above this against the last 128 "
-                          "steps' (0: never)");
-    specs[n++] = arg_spec("-sg", "--skip-norm-z", ARG_FLOAT, &o->skip_norm_z,
-                          "skip the update of a step whose gradient norm has a z-score above this against the last "
-                          "128 steps' (0: never)");
-    specs[n++] = arg_spec("-v", "--val-every", ARG_INT, &o->val_every,
-                          "validation loss every N steps and at the end (0: never)");
-    specs[n++] = arg_spec("-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
-    specs[n++] =
-        arg_spec("-s", "--sample-every", ARG_INT, &o->sample_every, "sample every N steps and at the end (0: never)");
-    specs[n++] =
-        arg_spec("-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
-    specs[n++] = arg_spec(NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
-    specs[n++] = arg_spec(NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
-    specs[n++] = arg_spec(NULL, "--top-k", ARG_INT, &o->top_k, "sample among the k most likely tokens only (0: all)");
-    specs[n++] = arg_spec(NULL, "--top-p", ARG_FLOAT, &o->top_p,
-                          "sample among the most likely tokens whose probabilities add up to p (1: all)");
-    specs[n++] = arg_spec("-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
-                          "write a checkpoint to -o every N steps and at the end (-1: at the end only; 0: never)");
-    specs[n++] = arg_spec("-nk", "--checkpoints-keep", ARG_INT, &o->ckpt_keep,
-                          "keep only the newest N checkpoints in -o, and the major ones (0: keep all)");
-    specs[n++] = arg_spec("-nm", "--checkpoints-major", ARG_INT, &o->ckpt_major,
-                          "the checkpoints of every N-th step are major: -nk never removes them (0: none)");
-    specs[n++] = arg_spec("-y", "--resume", ARG_SWITCH, &o->resume,
-                          "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
-    specs[n++] =
-        arg_spec("-a", "--overfit-batch", ARG_SWITCH, &o->overfit, "1: train on the first batch only (debugging)");
-    specs[n++] = arg_spec(NULL, "--shuffle", ARG_SWITCH, &o->shuffle, "1: shuffle shards and samples each epoch");
-    specs[n++] = arg_spec(NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
-    specs[n++] = arg_spec(NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir,
-                          "directory holding vocab.bpe and encoder.json");
-    specs[n++] = arg_spec("-h", "--hellaswag", ARG_INT, &o->hellaswag,
-                          "1: HellaSwag accuracy every -v steps and at the end (llm.c's flag; -h alone: help)");
-    specs[n++] = arg_spec(NULL, "--hellaswag-file", ARG_STRING, &o->hellaswag_file,
-                          "the HellaSwag eval file for -h 1 (llm.c's format; dev/data/hellaswag.py builds it)");
-    specs[n++] = arg_spec(NULL, "--loader-threads", ARG_INT, &o->loader_threads,
-                          "1: read the training batches on a thread ahead of the step, 0: in the training loop");
-    specs[n++] = arg_spec(NULL, "--check-data", ARG_SWITCH, &o->check_data,
-                          "1: check every training token id at start, 0: each shard when first read (validation "
-                          "shards: always at start)");
-    specs[n++] = arg_spec(
-        NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped,
-        "stop the run after this many updates in a row skipped for a non-finite or outlier loss or norm (0: never)");
-    if (n != TRAIN_OPTIONS_COUNT) fatal("internal: TRAIN_OPTIONS_COUNT is %d, table has %d", TRAIN_OPTIONS_COUNT, n);
-    return n;
+static inline void train_options_add(ArgTable *t, TrainOptions *o) {
+    const int n0 = t->n;
+    args_add(t, "-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
+    args_add(t, "-j", "--val-data", ARG_STRING, &o->val_pattern, "validation shards (glob); empty string: none");
+    args_add(t, "-e", "--model", ARG_STRING, &o->model_arg,
+             "checkpoint file, Hugging Face GPT-2 directory, or descriptor "
+             "d12|d24|d36|d48|l<L>h<H>c<C>[t<maxT>]");
+    args_add(t, "-o", "--output-dir", ARG_STRING, &o->out_dir, "directory for main.log and checkpoints");
+    args_add(t, "-b", "--batch-size", ARG_INT, &o->B, "micro-batch size B");
+    args_add(t, "-t", "--seq-len", ARG_INT, &o->T, "sequence length T");
+    args_add(t, "-d", "--total-batch-size", ARG_INT, &o->total_batch,
+             "tokens per step, a multiple of B*T*ranks (-1: B*T*ranks, no accumulation)");
+    args_add(t, "-x", "--max-steps", ARG_INT, &o->max_steps, "optimizer steps (-1: one epoch)");
+    args_add(t, "-l", "--learning-rate", ARG_FLOAT, &o->lr, "peak learning rate");
+    args_add(t, "-u", "--warmup-steps", ARG_INT, &o->warmup, "linear warmup steps");
+    args_add(t, "-q", "--final-lr-fraction", ARG_FLOAT, &o->final_frac, "final lr as a fraction of the peak");
+    args_add(t, "-k", "--lr-schedule", ARG_STRING, &o->sched_name, "cosine|linear|constant|wsd");
+    args_add(t, NULL, "--wsd-decay-fraction", ARG_FLOAT, &o->wsd_frac, "wsd: fraction of steps spent decaying");
+    args_add(t, "-c", "--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay (2-D weights only)");
+    args_add(t, NULL, "--grad-clip", ARG_FLOAT, &o->grad_clip, "clip the global gradient norm to this (0: off)");
+    args_add(t, "-sl", "--skip-loss-z", ARG_FLOAT, &o->skip_loss_z,
+             "skip the update of a step whose loss has a z-score above this against the last 128 "
+             "steps' (0: never)");
+    args_add(t, "-sg", "--skip-norm-z", ARG_FLOAT, &o->skip_norm_z,
+             "skip the update of a step whose gradient norm has a z-score above this against the last "
+             "128 steps' (0: never)");
+    args_add(t, "-v", "--val-every", ARG_INT, &o->val_every,
+             "validation loss every N steps and at the end (0: never)");
+    args_add(t, "-m", "--val-batches", ARG_INT, &o->val_batches, "batches per validation (-1: whole split)");
+    args_add(t, "-s", "--sample-every", ARG_INT, &o->sample_every, "sample every N steps and at the end (0: never)");
+    args_add(t, "-g", "--gen-tokens", ARG_INT, &o->gen_tokens, "tokens to generate per sample (0: no samples)");
+    args_add(t, NULL, "--prompt", ARG_STRING, &o->prompt, "text the samples start from");
+    args_add(t, NULL, "--temperature", ARG_FLOAT, &o->temperature, "sampling temperature");
+    args_add(t, NULL, "--top-k", ARG_INT, &o->top_k, "sample among the k most likely tokens only (0: all)");
+    args_add(t, NULL, "--top-p", ARG_FLOAT, &o->top_p,
+             "sample among the most likely tokens whose probabilities add up to p (1: all)");
+    args_add(t, "-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
+             "write a checkpoint to -o every N steps and at the end (-1: at the end only; 0: never)");
+    args_add(t, "-nk", "--checkpoints-keep", ARG_INT, &o->ckpt_keep,
+             "keep only the newest N checkpoints in -o, and the major ones (0: keep all)");
+    args_add(t, "-nm", "--checkpoints-major", ARG_INT, &o->ckpt_major,
+             "the checkpoints of every N-th step are major: -nk never removes them (0: none)");
+    args_add(t, "-y", "--resume", ARG_SWITCH, &o->resume,
+             "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
+    args_add(t, "-a", "--overfit-batch", ARG_SWITCH, &o->overfit, "1: train on the first batch only (debugging)");
+    args_add(t, NULL, "--shuffle", ARG_SWITCH, &o->shuffle, "1: shuffle shards and samples each epoch");
+    args_add(t, NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
+    args_add(t, NULL, "--tokenizer-dir", ARG_STRING, &o->tokenizer_dir,
+             "directory holding vocab.bpe and encoder.json");
+    args_add(t, "-h", "--hellaswag", ARG_INT, &o->hellaswag,
+             "1: HellaSwag accuracy every -v steps and at the end (llm.c's flag; -h alone: help)");
+    args_add(t, NULL, "--hellaswag-file", ARG_STRING, &o->hellaswag_file,
+             "the HellaSwag eval file for -h 1 (llm.c's format; dev/data/hellaswag.py builds it)");
+    args_add(t, NULL, "--loader-threads", ARG_INT, &o->loader_threads,
+             "1: read the training batches on a thread ahead of the step, 0: in the training loop");
+    args_add(t, NULL, "--check-data", ARG_SWITCH, &o->check_data,
+             "1: check every training token id at start, 0: each shard when first read (validation "
+             "shards: always at start)");
+    args_add(t, NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped,
+             "stop the run after this many updates in a row skipped for a non-finite or outlier loss or norm "
+             "(0: never)");
+    if (t->n - n0 != TRAIN_OPTIONS_COUNT)
+        fatal("internal: TRAIN_OPTIONS_COUNT is %d, the table has %d", TRAIN_OPTIONS_COUNT, t->n - n0);
 }
 
 // Makes the run directory (and its parents), or stops saying why it cannot.
@@ -311,10 +293,14 @@ static inline void train_data_start_reading(TrainData *d, const TrainOptions *o)
 }
 
 // The data stall over the run's steps: the time the training loop spent getting its
-// batches (reading them, or waiting for the loader thread), per step.
+// batches (reading them, or waiting for the loader thread), ms per step; NAN without steps.
+static inline double data_stall_ms(const TrainData *d, int steps) {
+    return steps > 0 ? 1e3 * d->train.data_s / steps : NAN;
+}
+
 static inline void report_data_stall(const TrainData *d, const TrainOptions *o, int steps) {
     if (steps > 0)
-        printf("data: %.2f ms per step getting the training batches (%s)\n", 1e3 * d->train.data_s / steps,
+        printf("data: %.2f ms per step getting the training batches (%s)\n", data_stall_ms(d, steps),
                o->loader_threads ? "from the loader thread" : "read in the training loop");
 }
 
@@ -538,16 +524,10 @@ static inline void outlier_limits(const TrainOptions *o, const TrainState *run, 
     h->max_norm = recent_limit(&run->recent_norm, o->skip_norm_z);
 }
 
-// What became of a step's update.
-typedef enum { UPDATE_APPLIED, UPDATE_NONFINITE, UPDATE_OUTLIER_LOSS, UPDATE_OUTLIER_NORM } UpdateFate;
-
-// The same decision the update made (AdamW on the host, or the GPU's kernel): a non-finite
-// loss or norm, or one above h's limits, skipped it.
+// What became of a step's update: the rule of common/update_rule.h, which the update itself
+// applied (AdamW on the host, or the GPU's kernel), under h's limits.
 static inline UpdateFate update_fate(float loss, float norm, const AdamWConfig *h) {
-    if (!isfinite(loss) || !isfinite(norm)) return UPDATE_NONFINITE;
-    if (h->max_loss > 0 && loss > h->max_loss) return UPDATE_OUTLIER_LOSS;
-    if (h->max_norm > 0 && norm > h->max_norm) return UPDATE_OUTLIER_NORM;
-    return UPDATE_APPLIED;
+    return update_rule(loss, norm, h->max_loss, h->max_norm);
 }
 
 // After a step: counts the skipped updates, adds the step's values to the recent ones

@@ -15,7 +15,7 @@
 // matmuls share the trainer's buffers and the L2.
 // 2. The whole layer through the trainer's own functions, which is what a step pays: fp8_linear_forward +
 // fp8_linear_backward (current scaling, and delayed scaling once it has a history) against matmul_forward +
-// matmul_backward, with the layer's bias, GELU and bias gradient as train_gpt2.cu passes them; ms, J, their
+// matmul_backward, with the layer's bias, GELU and bias gradient as the trainer's model passes them (gpu/model.cuh); ms, J, their
 // ratios and the three outputs' errors. The weights' casts (once per update) are left out and listed last.
 // Then the step's totals of both. GPU only: a bf16 build for sm_90a (elsewhere it says so and exits 77). The
 // energy loops take most of its time: under a minute at the default size.
@@ -228,7 +228,7 @@ static void fp8_call(const Layer *l, int site, int call, floatX *D, Split sp) {
 // output go to buffers the two runs share: nothing compares them)
 typedef struct { floatX *out, *dinp, *dweight; } LayerOut;
 
-// The layer's forward and backward in bf16, as train_gpt2.cu's gpt2_linear_forward/backward call them where a
+// The layer's forward and backward in bf16, as gpu/fp8_layers.cuh's linear_forward/backward call them where a
 // layer is not in FP8 (GELU and dGELU fused into the matmuls' epilogues where cuBLASLt offers them)
 static void bf16_layer(const Layer *l, const LayerOut *o) {
     matmul_forward(o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, l->cin, l->oc, 0);
@@ -236,7 +236,7 @@ static void bf16_layer(const Layer *l, const LayerOut *o) {
                     l->cin, l->oc, 0);
 }
 
-// The same through the FP8 functions, as gpt2_linear_forward/backward call them where the layer is in FP8 (the
+// The same through the FP8 functions, as linear_forward/backward call them where the layer is in FP8 (the
 // bias gradient in a pass of its own, GELU and dGELU as kernels of their own)
 static void fp8_layer(const Layer *l, int site, const LayerOut *o) {
     fp8_linear_forward(&f8, site, o->out, l->gelu_out ? P : NULL, X, l->bias ? bias : NULL, N, 0);
@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
     const int NL = (int)(sizeof layers / sizeof layers[0]);
     int oc[NL], cc[NL];
     for (int i = 0; i < NL; i++) { oc[i] = layers[i].oc; cc[i] = layers[i].cin; }
-    // the trainer's buffers (train_gpt2.cu, fp8_buffer_bytes): N x C bytes, at least 64 rows of the vocabulary;
+    // the trainer's buffers (gpu/fp8_layers.cuh, fp8_buffer_bytes): N x C bytes, at least 64 rows of the vocabulary;
     // they set the chunks and slices, which the single matmuls follow (their casts write full-size buffers
     // instead), and the whole layers use them as the trainer does
     const size_t cap = std::max((size_t)N * C, (size_t)64 * Vp);

@@ -8,8 +8,9 @@
 // chunk of each layer's slice; one run of the whole tensor without ZeRO): run s starts at
 // params + s * stride, at grads + s * grad_stride (stride, or len for ZeRO-2's compact
 // gradient shard) and at m/v/master + s * len (the rank's compact state).
-// The update is skipped on the device when the step's loss or gradient norm is not
-// finite (info: [0] norm, [1] clip factor, [2] loss), so the host never waits for it.
+// The update is skipped on the device by common/update_rule.h's rule (a non-finite or
+// outlier loss or gradient norm; info: [0] norm, [1] clip factor, [2] loss), so the host
+// never waits for it.
 // What changes from step to step (learning rate, bias corrections, outlier limits, the
 // rounding seed) the kernel reads from an AdamWStep in device memory, so that a CUDA graph
 // of the update (--cuda-graph 1), captured once, serves every step.
@@ -18,6 +19,7 @@
 #pragma once
 #include "common.cuh"
 #include "../common/checkpoint.h"  // float_to_bf16, bf16_to_float: the moments on the host
+#include "../common/update_rule.h"
 
 // V consecutive elements of T from src to dst, as 16-byte accesses when V elements make
 // whole 16-byte vectors (the launcher checks the alignment), one by one otherwise; one side
@@ -121,10 +123,7 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
     float norm = info[INFO_NORM], clip = info[INFO_CLIP], loss = info[INFO_LOSS];
     const float lr = st->lr, bc1 = st->bc1, bc2 = st->bc2, max_loss = st->max_loss, max_norm = st->max_norm;
     const uint32_t seed = st->seed ^ tensor_seed;
-    // a non-finite loss or norm, or an outlier (above a limit > 0), skips the update
-    if (!isfinite(norm) || !isfinite(loss) || (max_loss > 0.0f && loss > max_loss) ||
-        (max_norm > 0.0f && norm > max_norm))
-        return;
+    if (update_rule(loss, norm, max_loss, max_norm) != UPDATE_APPLIED) return;
     size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
     alignas(16) floatX gr[V], pr[V];
     alignas(16) float mm[V], vv[V], ww[V];
@@ -181,13 +180,6 @@ static void adamw_update(floatX *params, float *master, const floatX *grads, siz
     else
         adamw_launch(params, master, grads, grad_stride, (float *)m, (float *)v, slabs, len, stride, seed_index0,
                      beta1, beta2, eps, wd, info, st, tensor_seed, s);
-}
-
-// --optimizer-state's text: 1 for bf16 moments, 0 for fp32
-static int adamw_moments_bf16_arg(const char *text) {
-    if (strcmp(text, "fp32") != 0 && strcmp(text, "bf16") != 0)
-        fatal("--optimizer-state must be fp32 or bf16, got '%s'", text);
-    return strcmp(text, "bf16") == 0;
 }
 
 // Bytes of one moment on the device.

@@ -971,8 +971,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
 namespace flash {
 
 // tile shapes per head size (hs = 64: the fastest of the variants timed by
-// build/test_attention --bench on the H200, 2026-12-03; see docs/performance-notes.md). AKV: the
-// atomic-dq backward's one kernel.
+// build/test_attention --bench; docs/performance-notes.md). AKV: the atomic-dq backward's one
+// kernel.
 template <int HS> struct Cfg;
 template <> struct Cfg<64> {
     static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 2;  // 128 queries x 64 keys

@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     zero(o);
     // Q stays an all-shared operand here: with Q as a register A operand (as K and V are in the
-    // dk/dv kernel) this kernel gave wrong results from the second key block on, on the H200
-    // (2026-12-03; cause not found, docs/performance-notes.md), for a 1.5% gain
+    // dk/dv kernel) this kernel gave wrong results from the second key block on, for a 1.5%
+    // gain (cause not found: docs/performance-notes.md, "Unexplained failures")
     const floatX *myQ = sQ + wg * 64 * HS;
     for (int n = 0; n < nblocks; n++) {
         const int buf = n & 1;
@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         wg_fence_regs(st);
         wg_fence_regs(dpt);
         // (the mask's compare stays per element here: the two-copy form of the dq kernel, in
-        // this kernel, gave wrong dk and dv on the H200 for T > 64; cause not found, docs/performance-notes.md)
+        // this kernel, gave wrong dk and dv for T > 64; cause not found: docs/performance-notes.md)
         const bool need_mask = wk0 + w * 16 + 15 > q0;  // some key of this warp is after some query
         uint32_t pa[4][4], da[4][4];
         float lq[16];  // log2(e) lse of this thread's 16 query columns 8j + 2tq + e, at 2j + e

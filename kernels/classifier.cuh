@@ -8,8 +8,8 @@
 #pragma once
 #include "common.cuh"
 
-// Instruction count is what limits this kernel once the row is read once (ncu on the H200:
-// issue slots 76% busy), so each logit costs as few as possible: the exponentials are base 2
+// Instruction count is what limits this kernel once the row is read once (Nsight Compute:
+// docs/performance-notes.md, "Classifier"), so each logit costs as few as possible: the exponentials are base 2
 // through the hardware unit (ex2_approx) with log2(e) folded into one fma, the running max is
 // updated once per 8-vector, and the gradient's 1/sum and dloss are folded into the
 // exponent's offset, leaving one fma and one ex2 per logit; the target's entry is fixed up
@@ -62,9 +62,9 @@ __device__ void classifier_row(const floatX *src, floatX *dst, float *loss, int 
 }
 
 // Streaming form, for rows too long to stage: one block per row, the logits read twice
-// from device memory (the second read partly from L2). 512 threads (measured on the H200,
-// d12 B=64: 5.9-6.0 ms per step; blocks of 1024, with fewer rows in flight so that the
-// second read would hit L2, measured 6.9 ms).
+// from device memory (the second read partly from L2). 512 threads: blocks of 1024, with
+// fewer rows in flight so that the second read would hit L2, were slower
+// (docs/performance-notes.md, "Classifier").
 #define CLASSIFIER_THREADS 512
 __global__ void __launch_bounds__(CLASSIFIER_THREADS)
 fused_classifier_kernel(floatX *logits, float *losses, const int *targets, float dloss, int write_grad, int V, int Vp) {

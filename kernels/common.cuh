@@ -1,6 +1,6 @@
 // kernels/common.cuh: what every kernel header shares: the one CUDA/cuBLAS error check,
 // the floatX storage type chosen at build time (-DPRECISION=BF16|FP16|FP32; fp16 trains
-// with dynamic loss scaling, see train_gpt2.cu), 16-byte vector load/store helpers, small
+// with dynamic loss scaling, common/loss_scaler.h), 16-byte vector load/store helpers, small
 // warp/block reductions and the rounding of fp32 master weights to floatX.
 #pragma once
 #include <cuda_runtime.h>
@@ -39,7 +39,7 @@ static inline void cublas_check_impl(cublasStatus_t s, const char *what, const c
 // after every kernel launch: catches bad launch configurations at once (no sync)
 #define LAUNCH_CHECK() cuda_check_impl(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
-// The step's scalars on the device (GPT2.info, INFO_SLOTS floats): written and read by
+// The step's scalars on the device (GpuTrainer.info, INFO_SLOTS floats): written and read by
 // the loss, norm, update and collective kernels, so a step needs one host sync only.
 enum {
     INFO_NORM = 0,      // the gradient norm (unscaled)

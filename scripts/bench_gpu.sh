@@ -8,12 +8,13 @@
 #     runs: train_gpt2cu at -r 0, PyTorch with --compile blocks (each block compiled once
 #     and shared by all layers: the whole-model compile of 24 layers outlasts the time budget).
 # Each run is $STEPS steps (default 30); the figures are the means over steps 11..N (the
-# first 10 hold the compile and warm-up), as both programs print them. Peak memory:
-# train_gpt2cu's own end-of-run line (cudaMemGetInfo, this process), PyTorch's
+# first 10 hold the compile and warm-up): train_gpt2cu's from the summary record that ends
+# its run's metrics.jsonl ($W/NAME/, scripts/study_lib.sh), PyTorch's from its SUMMARY line.
+# Peak memory: train_gpt2cu's own (cudaMemGetInfo, this process), PyTorch's
 # max_memory_reserved (and max_memory_allocated); the maximum of nvidia-smi memory.used
 # sampled every 200 ms during each run is a cross-check (whole GPU, CUDA context included);
 # the same samples give the mean SM clock and board power while the run held the GPU. J/step:
-# the board's energy counter (NVML) over the timed steps, as each program prints it ("-": not
+# the board's energy counter (NVML) over the timed steps, as each program measures it ("-": not
 # available on that machine).
 #
 # Run from the repository root on the GPU machine:   scripts/bench_gpu.sh
@@ -39,6 +40,8 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
+# shellcheck source=scripts/study_lib.sh
+. scripts/study_lib.sh
 TABLE="$W/table.tsv"
 printf '%s\t' program model B ms/step tokens/s MFU J/step 'peak device memory' 'nvidia-smi max used' > "$TABLE"
 echo 'mean SM clock, power (power-capped share of samples)' >> "$TABLE"
@@ -108,25 +111,21 @@ smi_clock_power() {
               else print "?" }' "$W/$1.smi" 2>/dev/null
 }
 
-# rows from each program's own end-of-run lines
+# rows from each program's own end-of-run figures
 row_skipped() { printf '%s\t%s\t%s\tskipped (time)\t-\t-\t-\t-\t-\t-\n' "$1" "$2" "$3" >> "$TABLE"; }
 row_cu() {  # NAME MODEL B
-    local log="$W/$1.log" mean mem
-    if grep -q '^skipped' "$log"; then row_skipped "$@"; return; fi
-    mean=$(grep -E '^mean over steps' "$log" | tail -1)
-    mem=$(grep -E '^device memory used at peak' "$log" | tail -1 | sed -E 's/.*: ([0-9]+) MiB/\1/')
-    if [ -z "$mean" ]; then
+    local ms tok mfu joules mem
+    if grep -q '^skipped' "$W/$1.log"; then row_skipped "$@"; return; fi
+    # J/step: the board's energy counter over the same steps ("-": not measured)
+    IFS=$'\t' read -r ms tok mfu joules mem _ <<< "$(run_summary "$W/$1")"
+    if [ "$ms" = - ]; then
         printf '%s\t%s\t%s\tfailed\t-\t-\t-\t-\t%s\t-\n' "$1" "$2" "$3" "$(smi_max "$1")" >> "$TABLE"
         return
     fi
-    # joules per step from the board's energy counter over the same steps ("-": not measured)
-    joules=$(grep -E '^energy over steps' "$log" | tail -1 | sed -E 's/.*: ([0-9.]+) J\/step.*/\1/')
-    echo "$mean" | sed -E 's/.*: ([0-9.]+) ms\/step, ([0-9]+) tok\/s, MFU ([0-9.]+)%.*/\1 \2 \3/' | {
-        read -r ms tok mfu
-        printf '%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "${joules:--}" \
-            "$mem" "$(smi_max "$1")" \
-            "$(smi_clock_power "$1")" >> "$TABLE"
-    }
+    [ "$mfu" = - ] || mfu="$mfu%"
+    [ "$mem" = - ] || mem="$mem MiB"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$ms" "$tok" "$mfu" "$joules" "$mem" \
+        "$(smi_max "$1")" "$(smi_clock_power "$1")" >> "$TABLE"
 }
 row_torch() {  # NAME MODEL B
     local log="$W/$1.log" s
@@ -144,17 +143,25 @@ print("%s\t%s\t%s\t%s\t%s\t%s%%\t%s\t%s MiB reserved (%s allocated)" % (sys.argv
         | sed "s/\$/\t$(smi_max "$1")\t$(smi_clock_power "$1")/" >> "$TABLE"
 }
 
+# cu_run NAME FLAGS...: train_gpt2cu within 60 s, its metrics in $W/NAME/
+cu_run() {
+    local name=$1
+    shift
+    fresh_run_dir "$W/$name"
+    run "$name" 60 "$CU" -o "$W/$name" "$@"
+}
+
 # shellcheck disable=SC2206  # FLAGS is a list of options
-CU_COMMON=(-t "$T" -x "$STEPS" -j "" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant ${FLAGS:-})
+CU_COMMON=(-t "$T" -x "$STEPS" -j "" -v 0 -s 0 -g 0 -n 0 -l 6e-4 -c 0.1 -k constant ${FLAGS:-})
 TORCH=(python3 dev/train_gpt2_torch.py --seq-len "$T" --steps "$STEPS")
 
 # 1. GPT-2 124M, B=64
 for r in $CU_R; do
-    run "train_gpt2cu_r$r" 60 "$CU" -e d12 -b 64 -r "$r" "${CU_COMMON[@]}"
+    cu_run "train_gpt2cu_r$r" -e d12 -b 64 -r "$r" "${CU_COMMON[@]}"
     row_cu "train_gpt2cu_r$r" d12 64
     if [ -n "${CU_ALT:-}" ]; then
         # shellcheck disable=SC2086  # CU_ALT is a list of options
-        run "train_gpt2cu_r${r}_alt" 60 "$CU" -e d12 -b 64 -r $r "${CU_COMMON[@]}" $CU_ALT
+        cu_run "train_gpt2cu_r${r}_alt" -e d12 -b 64 -r $r "${CU_COMMON[@]}" $CU_ALT
         row_cu "train_gpt2cu_r${r}_alt" d12 64
     fi
 done
@@ -163,7 +170,7 @@ row_torch pytorch_d12 d12 64
 
 # 2. GPT-2 350M at the largest batch that runs
 for b in $D24_BATCHES; do
-    run "train_gpt2cu_r0_d24_b$b" 60 "$CU" -e d24 -b "$b" -r 0 "${CU_COMMON[@]}"
+    cu_run "train_gpt2cu_r0_d24_b$b" -e d24 -b "$b" -r 0 "${CU_COMMON[@]}"
     rc=$?
     row_cu "train_gpt2cu_r0_d24_b$b" d24 "$b"
     [ $rc = 0 ] || [ $rc = 99 ] && break

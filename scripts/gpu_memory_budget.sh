@@ -7,7 +7,10 @@
 # must stop before training, naming settings that fit; so must a run without a budget that
 # does not fit the GPU's free memory, and a budget over the card's size is refused. Prints one
 # table last: planned,
-# measured peak, tokens/s, J/step, and whether the row behaved as the plan said.
+# measured peak, tokens/s, J/step, and whether the row behaved as the plan said. The measured
+# figures come from the summary record of each run's metrics.jsonl ($OUT/ROW/, -n 0: no
+# checkpoint; scripts/study_lib.sh); the plan, the refusals and the memory in use after setup,
+# which the record does not hold, from the run's console ($OUT/ROW.log).
 #
 # Run from the repository root on the GPU machine: scripts/gpu_memory_budget.sh
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
@@ -19,7 +22,9 @@ DATA=${DATA:-dist/gpu/data}
 OUT=${OUT:-out/gpu_memory_budget}
 STEPS=${STEPS:-14}
 mkdir -p "$OUT"
-TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin -v $STEPS -m 1 -s 0 -l 1e-4"
+TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin -v $STEPS -m 1 -s 0 -n 0 -l 1e-4"
+# shellcheck source=scripts/study_lib.sh
+. scripts/study_lib.sh
 # name | flags (T=1024 throughout; -d is B*T: one micro-step, memory does not depend on it)
 ROWS=(
     "d12_b64_r1_none|-e d12 -b 64 -r 1 --max-device-memory 139G"
@@ -42,8 +47,9 @@ for row in "${ROWS[@]}"; do
     name=${row%%|*}
     flags=${row#*|}
     log="$OUT/$name.log"
+    fresh_run_dir "$OUT/$name"
     # shellcheck disable=SC2086  # word lists
-    timeout 300 "$BIN/train_gpt2cu" $flags -t 1024 -x "$STEPS" $TR > "$log" 2>&1
+    timeout 300 "$BIN/train_gpt2cu" $flags -t 1024 -x "$STEPS" $TR -o "$OUT/$name" > "$log" 2>&1
     rc=$?
     budget=$(echo "$flags" | grep -oE 'max-device-memory [0-9.]+G' | awk '{print $2}')
     if grep -q "is more than" "$log"; then
@@ -60,12 +66,11 @@ for row in "${ROWS[@]}"; do
         printf '%-19s %8s %9s %9s %9s %10s %8s  %s\n' "$name" "$budget" "${planned}G" - - - - "$verdict" >> "$OUT/table.txt"
         continue
     fi
+    # the trainer's verdict on its plan (OVER: the measured peak above the budget) and the plan
     line=$(grep 'measured peak' "$log")
     planned=$(echo "$line" | grep -oE 'planned [0-9]+' | awk '{print $2}')
-    peak=$(echo "$line" | grep -oE 'peak [0-9]+' | awk '{print $2}')
     inuse=$(grep -oE 'in use after setup [0-9]+' "$log" | awk '{print $5}')
-    tps=$(grep -oE 'mean over steps [^:]*: [0-9.]+ ms/step, [0-9]+ tok/s' "$log" | grep -oE '[0-9]+ tok/s' | awk '{print $1}')
-    jps=$(grep -oE '[0-9.]+ J/step' "$log" | head -1 | awk '{print $1}')
+    IFS=$'\t' read -r _ tps _ jps peak _ <<< "$(run_summary "$OUT/$name")"
     if [ $rc = 0 ] && [ -n "$line" ] && ! echo "$line" | grep -q OVER; then verdict="trained, peak under the budget"
     else verdict="FAIL: exit $rc $(echo "$line" | grep -o 'OVER.*') $(grep -m1 error "$log" | cut -c1-80)"; fi
     printf '%-19s %8s %8sM %8sM %8sM %10s %8s  %s\n' "$name" "$budget" "${planned:--}" "${peak:--}" "${inuse:--}" \

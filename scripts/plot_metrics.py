@@ -19,8 +19,9 @@ resume point is dropped. null values (non-finite numbers) leave gaps.
 
 --validate checks files strictly (what the trainers' tests call): every line a JSON object
 ending in a newline, the run header first, every field the format names present with its
-type, numbers finite or null, steps increasing within each header's part, and a resumed
-part starting after what the file kept. It needs no matplotlib. Exit status: 0 when
+type, numbers finite or null, steps increasing within each header's part, a resumed
+part starting after what the file kept, and a run's summary record last in its part, its
+window ending at the part's last step. It needs no matplotlib. Exit status: 0 when
 everything was plotted or valid, 1 on an error (a message naming the file), 2 on bad usage.
 """
 import argparse
@@ -272,6 +273,9 @@ MODEL_INTS = ("layers", "heads", "channels", "max_seq_len", "vocab", "params")
 CONFIG_INTS = ("batch", "seq_len", "total_batch", "max_steps", "warmup", "ranks", "seed")
 CONFIG_NUMS = ("lr", "final_lr_fraction", "weight_decay", "grad_clip")
 STEP_NUMS = ("loss", "norm", "lr", "ms", "tokens_per_s", "mfu", "elapsed_s")
+SUMMARY_INTS = ("first_step", "last_step", "timed_steps", "skipped_updates")
+SUMMARY_NUMS = ("ms_per_step", "tokens_per_s", "mfu", "gflops", "joules_per_step", "device_peak_mib",
+                "host_peak_mib", "data_stall_ms")
 
 
 def check_fields(rec, ints, nums, where, errors, positive=()):
@@ -323,6 +327,21 @@ def check_header(rec, where, errors):
         errors.append(f"{where}: \"resumed_from\" is {json.dumps(rec['resumed_from'])}, not null or a step")
 
 
+def check_summary(rec, where, part_last_step, errors):
+    """a run's summary record; part_last_step: the last step record of its part (None: none)"""
+    check_fields(rec, SUMMARY_INTS, SUMMARY_NUMS, where, errors)
+    first, last, timed = (rec.get(k) for k in ("first_step", "last_step", "timed_steps"))
+    if not all(is_int(v) for v in (first, last, timed)):
+        return
+    if timed < 0 or first != last - timed + 1:
+        errors.append(f"{where}: the window first_step {first} .. last_step {last} does not hold "
+                      f"timed_steps {timed}")
+    if part_last_step is not None and last != part_last_step:
+        errors.append(f"{where}: the summary's last_step is {last}, but its part's last step is {part_last_step}")
+    if is_int(rec.get("skipped_updates")) and rec["skipped_updates"] < 0:
+        errors.append(f"{where}: \"skipped_updates\" is negative")
+
+
 def validate(path):
     """the list of what is wrong with the metrics.jsonl at path (empty: valid), and a summary"""
     text = read_text(path)
@@ -333,16 +352,21 @@ def validate(path):
         records = parse_jsonl_lines(path, text, strict=True)
     except InputError as e:
         return [str(e)], ""
-    headers = n_steps = n_vals = n_hellaswag = 0
+    headers = n_steps = n_vals = n_hellaswag = n_summaries = 0
     kept_max = None      # the largest step of any record before the current part
     last_step = last_val = last_hs = None  # within the current part
+    summary_line = None  # the line of the current part's summary record
     header_model = None
     for n, rec in records:
         where = f"{path}:{n}"
         kind = rec.get("type")
         if n == records[0][0] and kind != "run":
             errors.append(f"{where}: the first record is {json.dumps(kind)}, not the \"run\" header")
+        if summary_line is not None and kind != "run":
+            errors.append(f"{where}: a {json.dumps(kind)} record after the summary record of line {summary_line}, "
+                          f"which ends its part")
         if kind == "run":
+            summary_line = None
             headers += 1
             check_header(rec, where, errors)
             resumed = rec.get("resumed_from")
@@ -360,6 +384,11 @@ def validate(path):
                 header_model = rec.get("model")
             kept_max = max(seen) if seen else None
             last_step = last_val = last_hs = None
+            continue
+        if kind == "summary":
+            n_summaries += 1
+            summary_line = n
+            check_summary(rec, where, last_step, errors)
             continue
         if kind not in ("step", "val", "hellaswag"):
             errors.append(f"{where}: unknown \"type\" {json.dumps(kind)}")
@@ -407,7 +436,8 @@ def validate(path):
                 errors.append(f"{where}: HellaSwag of step {step} after step {last_step}")
             last_hs = step
     summary = (f"{headers} header(s), {n_steps} step record(s), {n_vals} evaluation(s)"
-               + (f", {n_hellaswag} HellaSwag score(s)" if n_hellaswag else ""))
+               + (f", {n_hellaswag} HellaSwag score(s)" if n_hellaswag else "")
+               + (f", {n_summaries} summary record(s)" if n_summaries else ""))
     return errors, summary
 
 

@@ -5,7 +5,8 @@
 #           (d48) at B=8 T=1024 -r 1: bf16 and --fp8 1 with each scaling, at the same batch.
 #           20 steps each, means over the steps after the 10th (a window of more than 1 s,
 #           which J/step needs): tokens/s, MFU (bf16's peak as
-#           the denominator for both), J/step, device memory at peak. Targets: d12 FP8 >=
+#           the denominator for both), J/step, device memory at peak (train_gpt2cu's from the
+#           summary record of its run's metrics.jsonl, scripts/study_lib.sh). Targets: d12 FP8 >=
 #           700,000 tokens/s; d48 FP8 >= 1.3x bf16.
 #   curve   from one initial model (the same seed) and one data order, bf16 and --fp8 1 (and
 #           at d12 --fp8-scaling delayed):
@@ -41,16 +42,18 @@ CURVE_MODELS=${CURVE_MODELS:-d12 d24}
 # shellcheck source=scripts/study_lib.sh
 . scripts/study_lib.sh
 
-# speed MODEL ROW B FLAGS...: 20 steps of one micro-step, one line in rows.tsv
+# speed MODEL ROW B FLAGS...: 20 steps of one micro-step (console in $OUT/speed_MODEL_ROW.log,
+# metrics in $OUT/speed_MODEL_ROW/), one line in rows.tsv
 speed() {
     local model=$1 row=$2 b=$3
     shift 3
-    local log="$OUT/speed_${model}_$row.log"
+    local dir="$OUT/speed_${model}_$row"
+    fresh_run_dir "$dir"
     # shellcheck disable=SC2086  # word lists
     timeout 300 "$BIN/train_gpt2cu" -e "$model" -i "$TRAIN" -j "$TRAIN" -b "$b" -t 1024 -d $((b * 1024)) -x 20 \
-        -v 0 -s 0 -n 0 -l 1e-4 "$@" > "$log" 2>&1
+        -v 0 -s 0 -n 0 -l 1e-4 -o "$dir" "$@" > "$dir.log" 2>&1
     local rc=$?
-    printf 'speed\t%s\t%s\t%s\t%s\n' "$model" "$row" "$(run_summary "$log")" "rc=$rc -b $b $*" >> "$ROWS"
+    printf 'speed\t%s\t%s\t%s\t%s\n' "$model" "$row" "$(run_summary "$dir")" "rc=$rc -b $b $*" >> "$ROWS"
     echo "speed $model $row: rc $rc, $(tail -1 "$ROWS" | cut -f4-5) (ms/step, tok/s)"
 }
 

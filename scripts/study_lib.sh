@@ -1,20 +1,28 @@
-# scripts/study_lib.sh: what the study scripts share (sourced, not run).
-# run_summary LOG: the figures a train_gpt2cu run printed, tab-separated: ms/step, tokens/s
-# and MFU of the step meter's mean, J/step, device memory at peak (MiB), the data stall
-# (ms per step); "-" for each one the log lacks. host_peak LOG: the host memory at peak
-# (MiB) of rank 0's process, empty if the log lacks it.
+# shellcheck shell=bash
+# scripts/study_lib.sh: what the study and benchmark scripts share (sourced, not run).
+# Each train_gpt2cu run writes into a folder of its own (-o DIR -n 0: no checkpoint, which for
+# GPT-2 1.5B would be a 20 GB write); its figures come from the summary record that ends
+# DIR/metrics.jsonl (scripts/run_summary.py; docs/formats.md#metrics-file), not from its
+# console text.
+# fresh_run_dir DIR: makes DIR, without a metrics file from an earlier run, which a run
+# refused before it opens its logs would otherwise leave to be read as its own.
+# run_summary DIR: the run's figures, tab-separated: ms/step, tokens/s, MFU (percent), J/step,
+# device memory at peak (MiB), the data stall (ms per step), rounded as the trainer prints
+# them; "-" for each one the record holds as null, and for all of them when the run has no
+# summary record (the reader says why on stderr).
+# host_peak DIR: the host memory at peak (MiB) of rank 0's process, empty if the run lacks it.
+fresh_run_dir() {
+    rm -f "$1/metrics.jsonl" "$1/main.log"
+    mkdir -p "$1"
+}
 run_summary() {
-    local log=$1 mean ms tps mfu jps peak stall
-    mean=$(grep -oE 'mean over steps [^:]*: [0-9.]+ ms/step, [0-9]+ tok/s, MFU [0-9.]+%' "$log" | head -1)
-    ms=$(echo "$mean" | grep -oE '[0-9.]+ ms/step' | awk '{print $1}')
-    tps=$(echo "$mean" | grep -oE '[0-9]+ tok/s' | awk '{print $1}')
-    mfu=$(echo "$mean" | grep -oE 'MFU [0-9.]+' | awk '{print $2}')
-    jps=$(grep -oE '[0-9.]+ J/step' "$log" | head -1 | awk '{print $1}')
-    peak=$(grep -oE 'used at peak.*: [0-9]+ MiB' "$log" | head -1 | grep -oE '[0-9]+ MiB$' | awk '{print $1}')
-    stall=$(grep -oE 'data: [0-9.]+ ms per step' "$log" | head -1 | awk '{print $2}')
-    printf '%s\t%s\t%s\t%s\t%s\t%s' "${ms:--}" "${tps:--}" "${mfu:--}" "${jps:--}" "${peak:--}" "${stall:--}"
+    local figures
+    figures=$(python3 scripts/run_summary.py "$1" ms_per_step tokens_per_s mfu joules_per_step device_peak_mib \
+        data_stall_ms) || figures=$(printf -- '-\t-\t-\t-\t-\t-')
+    awk -F'\t' 'function f(v, fmt, scale) { return v == "-" ? v : sprintf(fmt, v * scale) }
+        { printf "%s\t%s\t%s\t%s\t%s\t%s", f($1, "%.1f", 1), f($2, "%.0f", 1), f($3, "%.1f", 100), f($4, "%.1f", 1),
+                 f($5, "%.0f", 1), f($6, "%.2f", 1) }' <<< "$figures"
 }
 host_peak() {
-    # the number before " MiB", not the line's first: the label holds a "0" ("rank 0's")
-    grep -oE 'host memory at peak[^:]*: [0-9]+ MiB' "$1" | head -1 | grep -oE '[0-9]+ MiB$' | awk '{print $1}'
+    python3 scripts/run_summary.py "$1" host_peak_mib 2> /dev/null | awk '$1 != "-" { printf "%.0f", $1 }'
 }

@@ -15,7 +15,8 @@
 # the run), the process's device memory seen by nvidia-smi (CUDA context included: the one
 # figure per rank when ranks share the GPU, and the one PyTorch's rows have), host memory
 # at peak (VmHWM / ru_maxrss), tokens/s, MFU and J/step over the steps after the warm-up
-# (the first step: each holds 10 micro-steps or more; d12 at B=64 has 8, so 10 steps there).
+# (the first step: each holds 10 micro-steps or more; d12 at B=64 has 8, so 10 steps there),
+# the trainer's figures from the summary record of its run's metrics.jsonl (scripts/study_lib.sh).
 # Writes $OUT/rows.tsv (one line per run, appended: PARTS may run in separate calls), prints
 # the table and the budget verdicts, and draws $OUT/memory_study.png (scripts/plot_memory_study.py).
 #
@@ -54,29 +55,31 @@ poll_stop() {
 # shellcheck source=scripts/study_lib.sh
 . scripts/study_lib.sh
 
-# ours MODEL ROW TECHNIQUE RANKS STEPS FLAGS...: one run of train_gpt2cu, one line in rows.tsv
+# ours MODEL ROW TECHNIQUE RANKS STEPS FLAGS...: one run of train_gpt2cu (console in
+# $OUT/MODEL_ROW.log, metrics in $OUT/MODEL_ROW/), one line in rows.tsv
 ours() {
     local model=$1 row=$2 tech=$3 ranks=$4 steps=$5
     shift 5
-    local log="$OUT/${model}_$row.log" d=$TOKENS
+    local dir="$OUT/${model}_$row" d=$TOKENS
     [ "$ranks" -gt 1 ] && d=0  # set below: one micro-step per rank
+    fresh_run_dir "$dir"
     poll_start "$OUT/poll.txt"
     if [ "$ranks" = 1 ]; then
         # shellcheck disable=SC2086  # word lists
-        timeout 400 "$BIN/train_gpt2cu" -e "$model" $TR -d $d -x "$steps" "$@" > "$log" 2>&1
+        timeout 400 "$BIN/train_gpt2cu" -e "$model" $TR -o "$dir" -d $d -x "$steps" "$@" > "$dir.log" 2>&1
     else
         local b
         b=$(echo "$*" | grep -oE -- '-b [0-9]+' | awk '{print $2}')
         d=$((b * 1024 * ranks))
         # shellcheck disable=SC2086
         timeout 400 mpirun --oversubscribe --bind-to none -np "$ranks" "$BIN/train_gpt2cu" --comm mpi -e "$model" $TR \
-            -d $d -x "$steps" "$@" > "$log" 2>&1
+            -o "$dir" -d $d -x "$steps" "$@" > "$dir.log" 2>&1
     fi
     local rc=$?
     local smi peak host tps mfu jps
     smi=$(poll_stop "$OUT/poll.txt")
-    IFS=$'\t' read -r _ tps mfu jps peak _ <<< "$(run_summary "$log")"
-    host=$(host_peak "$log")
+    IFS=$'\t' read -r _ tps mfu jps peak _ <<< "$(run_summary "$dir")"
+    host=$(host_peak "$dir")
     [ "$ranks" -gt 1 ] && { peak="-"; tps="-"; mfu="-"; jps="-"; }  # the GPU is shared: nvidia-smi's per process
     local budget
     budget=$(echo "$*" | grep -oE -- '--max-device-memory [0-9]+G' | awk '{print $2}')

@@ -19,8 +19,9 @@
 # Each run: 14 steps of one micro-step, more where 14 would time less than the 1 s that
 # J/step needs (20 for the fp32 baseline at B=8, 30 for rows 6-9 and at B=64, 400 at B=4
 # T=256, 40 for the loader rows); means over the steps after the 10th (ms/step, tokens/s,
-# MFU, J/step), the device memory at peak, the time a step waited for its batch. Prints one table last ($OUT/table.txt) and draws
-# $OUT/speed_study.png (scripts/plot_speed_study.py).
+# MFU, J/step), the device memory at peak, the time a step waited for its batch, from the
+# summary record of each train_gpt2cu run's metrics.jsonl (scripts/study_lib.sh). Prints one
+# table last ($OUT/table.txt) and draws $OUT/speed_study.png (scripts/plot_speed_study.py).
 #
 # Run from the repository root on the GPU machine: scripts/study_speed.sh
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
@@ -42,15 +43,17 @@ TR="-i $SHARDS -j $SHARDS -v 0 -s 0 -n 0 -l 1e-4 -x $STEPS"
 # shellcheck source=scripts/study_lib.sh
 . scripts/study_lib.sh
 
-# ours ROW BUILD_SUFFIX B T FLAGS...: one train_gpt2cu run, one line in rows.tsv
+# ours ROW BUILD_SUFFIX B T FLAGS...: one train_gpt2cu run (console in $OUT/ours_ROW.log, metrics in
+# $OUT/ours_ROW/), one line in rows.tsv
 ours() {
     local row=$1 sfx=$2 b=$3 t=$4
     shift 4
-    local log="$OUT/ours_$row.log"
+    local dir="$OUT/ours_$row"
+    fresh_run_dir "$dir"
     # shellcheck disable=SC2086  # word lists
-    timeout 300 "$BIN/train_gpt2cu$sfx" -e d12 $TR -b "$b" -t "$t" -d $((b * t)) "$@" > "$log" 2>&1
+    timeout 300 "$BIN/train_gpt2cu$sfx" -e d12 $TR -o "$dir" -b "$b" -t "$t" -d $((b * t)) "$@" > "$dir.log" 2>&1
     local rc=$?
-    printf '%s\t%s\t%s\t%s\n' ours "$row" "$(run_summary "$log")" "rc=$rc $sfx -b $b -t $t $*" >> "$ROWS"
+    printf '%s\t%s\t%s\t%s\n' ours "$row" "$(run_summary "$dir")" "rc=$rc $sfx -b $b -t $t $*" >> "$ROWS"
     echo "ours $row: rc $rc, $(tail -1 "$ROWS" | cut -f3-4)"
 }
 

@@ -3,7 +3,8 @@
 // folder, as `make test` does): the counter read in joules, and each way of failing
 // (NVML not starting, an unknown GPU, no counter) reported with its reason, never a crash;
 // and common/step_meter.h: J/step over a timed window of 1 s or more only, the steps it
-// times, and the energy of the work between steps left out.
+// times, the energy of the work between steps left out, and the figures it reports for the
+// run's summary record (common/run_summary.h).
 #include "testutil.h"
 #include "../../common/energy.h"
 #include "../../common/step_meter.h"
@@ -109,13 +110,13 @@ static void test_energy_window(void) {
     CHECK(strstr(line, "energy: not measured (") && strstr(line, "0000:99:00.0"), "a failed meter: '%s'", line);
 }
 
-// stdout of step_meter_report, into buf
-static void report_line(StepMeter *sm, int last_step, char *buf, size_t n) {
+// stdout of step_meter_report, into buf; the figures it reports, into out (may be NULL)
+static void report_line(StepMeter *sm, int last_step, char *buf, size_t n, RunSummary *out) {
     fflush(stdout);
     FILE *f = tmpfile();
     int saved = dup(1);
     dup2(fileno(f), 1);
-    step_meter_report(sm, last_step, 1000.0, 1e9, 1e12, 1, "");
+    step_meter_report(sm, last_step, 1000.0, 1e9, 1e12, 1, "", out);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
@@ -148,11 +149,67 @@ static void test_step_window(void) {
         if (c == 1) { energy_close(&sm.energy); continue; }
         sm.sum_dt = 5.0;  // 1 s a step, long enough for a J/step line
         char line[1024], want[64];
-        report_line(&sm, start[c] + 15, line, sizeof line);
+        RunSummary s;
+        run_summary_init(&s);
+        s.device_peak_mib = 123.0;  // the trainer's own: left as it is
+        report_line(&sm, start[c] + 15, line, sizeof line, &s);
         snprintf(want, sizeof want, "mean over steps %d..%d: 1000.0 ms/step", start[c] + 11, start[c] + 15);
         CHECK(strstr(line, want) && strstr(line, ": 0.6 J/step, 1 W mean"),
               "from step %d, 5 timed steps, 3 J without the pause: '%s'", start[c], line);
+        // the same figures for the summary record: 1000 tokens and 1e9 FLOPs a step of 1 s, 1e12 peak
+        CHECK(s.first_step == start[c] + 11 && s.last_step == start[c] + 15 && s.timed_steps == 5,
+              "summary window %d..%d, %d timed", s.first_step, s.last_step, s.timed_steps);
+        CHECK(s.ms_per_step == 1000.0 && s.tokens_per_s == 1000.0 && fabs(s.mfu - 1e-3) < 1e-15 &&
+                  fabs(s.joules_per_step - 0.6) < 1e-9,
+              "summary %g ms/step, %g tok/s, MFU %g, %g J/step", s.ms_per_step, s.tokens_per_s, s.mfu,
+              s.joules_per_step);
+        CHECK(isnan(s.gflops) && s.device_peak_mib == 123.0 && isnan(s.host_peak_mib) && isnan(s.data_stall_ms),
+              "the figures the meter does not have were changed");
     }
+}
+
+// A meter after `steps` steps from step 0 of one micro-step each, timed steps summing to
+// sum_dt seconds (none: left as measured), on the GPU at bus_id.
+static void meter_after(StepMeter *sm, const char *bus_id, int steps, double sum_dt) {
+    step_meter_init(sm, 0, 1, bus_id);
+    for (int step = 0; step < steps; step++) {
+        step_meter_begin(sm, step);
+        step_meter_end(sm, step);
+    }
+    if (sum_dt > 0) sm->sum_dt = sum_dt;
+}
+
+// The summary's J/step is null (NAN) exactly where the console says "not measured": a window
+// under 1 s, no counter; a run without timed steps has no means at all; and a report without
+// a summary to fill (NULL) prints the same.
+static void test_report_summary(void) {
+    char line[1024], plain[1024];
+    RunSummary s;
+    StepMeter sm;
+    run_summary_init(&s);
+    meter_after(&sm, "0000:1b:00.0", 14, 0.5);  // 4 timed steps in 0.5 s
+    report_line(&sm, 14, line, sizeof line, &s);
+    CHECK(strstr(line, "not measured (the timed steps took 0.50 s") && isnan(s.joules_per_step) &&
+              s.timed_steps == 4 && s.ms_per_step == 125.0,
+          "a 0.5 s window: '%s', J/step %g, %d timed, %g ms/step", line, s.joules_per_step, s.timed_steps,
+          s.ms_per_step);
+    meter_after(&sm, "0000:1b:00.0", 14, 0.5);
+    report_line(&sm, 14, plain, sizeof plain, NULL);
+    CHECK(strcmp(line, plain) == 0, "with and without a summary the console differs: '%s' / '%s'", line, plain);
+
+    run_summary_init(&s);
+    meter_after(&sm, "0000:99:00.0", 14, 2.0);
+    report_line(&sm, 14, line, sizeof line, &s);
+    CHECK(strstr(line, "energy: not measured (") && isnan(s.joules_per_step) && s.ms_per_step == 500.0,
+          "no counter: '%s', J/step %g, %g ms/step", line, s.joules_per_step, s.ms_per_step);
+
+    run_summary_init(&s);
+    meter_after(&sm, "0000:1b:00.0", 10, 0.0);
+    report_line(&sm, 10, line, sizeof line, &s);
+    CHECK(line[0] == '\0' && s.timed_steps == 0 && s.first_step == 11 && s.last_step == 10 && isnan(s.ms_per_step) &&
+              isnan(s.tokens_per_s) && isnan(s.mfu) && isnan(s.joules_per_step),
+          "10 steps, none timed: '%s', window %d..%d, %d timed, %g ms/step, MFU %g", line, s.first_step, s.last_step,
+          s.timed_steps, s.ms_per_step, s.mfu);
 }
 
 int main(void) {
@@ -164,5 +221,6 @@ int main(void) {
     run_case("nvmlShutdown balances nvmlInit", test_shutdown);
     run_case("J/step only over a timed window of 1 s or more", test_energy_window);
     run_case("timed steps; energy between steps left out", test_step_window);
+    run_case("summary figures: null where not measured", test_report_summary);
     return test_summary();
 }

@@ -676,7 +676,7 @@ static void random_trial(int trial, int *checked) {
     int T = Ts[rand_range(0, 2)];
     int B = rand_range(0, 1) ? Bs[rand_range(0, 5)] : (int)rand_range(1, MAX_B);
     int ranks = rand_range(0, 9) < 6 ? 1 : rand_range(0, 1) ? 2 : 4;
-    int stage = ranks > 1 ? (int)rand_range(0, 2) : 0;  // one rank has nothing to shard (train_gpt2.cu)
+    int stage = ranks > 1 ? (int)rand_range(0, 2) : 0;  // one rank has nothing to shard (gpu/settings.cuh)
     // a quarter of the runs have bf16 moments already: no --optimizer-state line for them
     int moments = rand_range(0, 3) == 0;
     MemorySetting now = setting(B, (int)rand_range(0, MEMORY_MAX_RECOMPUTE), ranks, stage, 0, T, moments);

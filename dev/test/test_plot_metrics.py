@@ -86,6 +86,14 @@ def hellaswag(n, correct, examples=400):
             "examples": examples}
 
 
+def summary(last, timed, **over):
+    rec = {"type": "summary", "first_step": last - timed + 1, "last_step": last, "timed_steps": timed,
+           "ms_per_step": 12.5, "tokens_per_s": 327680.0, "mfu": 0.41, "gflops": None, "joules_per_step": 9.5,
+           "device_peak_mib": 2048.0, "host_peak_mib": 900.0, "data_stall_ms": 0.02, "skipped_updates": 0}
+    rec.update(over)
+    return rec
+
+
 def curve(n, base=11.0):
     return round(base * 0.97 ** n + 3.0 + 0.05 * ((n * 7919) % 13) / 13, 6)
 
@@ -190,7 +198,20 @@ def check_validator(d, a, b, uncut, real):
     check("a run directory is validated through its metrics.jsonl", rc == 0 and a in out, out + err)
 
     good = [header()] + [step(n, 5.0) for n in (1, 2, 3)]
+    # a finished run ends with its summary; resuming the finished run adds a part without steps
+    ended = good + [summary(3, 2), header(resumed_from=3), summary(3, 0, ms_per_step=None, tokens_per_s=None)]
+    path = write_jsonl(os.path.join(d, "ended", "metrics.jsonl"), ended)
+    rc, out, err = tool("--validate", path)
+    check("a run ending with its summary, then resumed when finished, is valid",
+          rc == 0 and "2 summary record(s)" in out, out + err)
     bad_cases = [
+        ("a step after the summary", good + [summary(3, 2), step(4, 5.0)], "\n", "after the summary record of line 5"),
+        ("a summary whose window does not hold its steps", good + [summary(3, 2, first_step=1)], "\n",
+         "does not hold timed_steps 2"),
+        ("a summary that does not end at the part's last step", good + [summary(4, 2)], "\n",
+         "its part's last step is 3"),
+        ("a summary without a figure", good + [{k: v for k, v in summary(3, 2).items() if k != "mfu"}], "\n",
+         'no "mfu"'),
         ("a NaN literal", good[:2] + ['{"type": "step", "step": 2, "loss": NaN, "norm": 1, "lr": 1, "ms": 1, '
                                       '"tokens_per_s": 1, "mfu": null, "tokens": 8192, "skipped": 1, '
                                       '"elapsed_s": 1}'], "\n", "NaN is not JSON"),

@@ -5,7 +5,8 @@
 # verdict (met, missed, not measured), J/step left out where the timed window is under 1 s,
 # PyTorch's MFU against the row's own peak, the budget rows held to their budget and to 85%
 # of the fastest run without offload, the cost of each offload mode; both charts drawn
-# (skipped without matplotlib); and the figures scripts/study_lib.sh reads from a run's log.
+# (skipped without matplotlib); and the figures scripts/study_lib.sh reads from the summary
+# record that ends a run's metrics.jsonl (scripts/run_summary.py), the reader's refusals included.
 # Ends with "N passed, M failed[, K skipped]".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -96,20 +97,65 @@ has "memory: --offload 1's cost at d12" $W/m/out.txt \
 has "memory: --offload 2's cost at d12" $W/m/out.txt \
     "d12 B=64 -r 1: --offload 2 costs 1.7% of tokens/s (570000 vs 580000 tok/s; J/step 810 vs 800)"
 chart "memory: the chart" $W/m/memory_study.png
-# --- the figures read from a run's log, in the trainer's own wording
+# --- the figures read from the summary record that ends a run's metrics.jsonl
 . scripts/study_lib.sh
-cat > $W/run.log << 'EOF2'
-step   30/30 | loss 5.123456 | lr 6.00e-04 | norm 0.5000 | 107.1 ms | 611788 tok/s
-mean over steps 11..30: 107.1 ms/step, 611788 tok/s, MFU 53.2%
-energy over steps 11..30 (NVML board counter): 72.3 J/step, 675 W mean
-data: 0.11 ms per step getting the training batches (loader thread)
-device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run): 28138 MiB
-host memory at peak (VmHWM, rank 0's process): 1234 MiB
-EOF2
-equals "run_summary: ms/step, tok/s, MFU, J/step, peak, stall from a log" "$(run_summary $W/run.log)" \
-    "$(printf '107.1\t611788\t53.2\t72.3\t28138\t0.11')"
-equals "host_peak: 1234 MiB (not the 0 of \"rank 0's\")" "$(host_peak $W/run.log)" 1234
-equals "run_summary: a log without figures gives '-' for each" "$(run_summary /dev/null)" \
+mkdir -p $W/gpu_run $W/cpu_run $W/cut_run $W/resumed_run $W/no_metrics
+HEADER='{"type": "run", "program": "train_gpt2cu", "build": "bf16", "resumed_from": null}'
+STEP30='{"type": "step", "step": 30, "loss": 5.1, "ms": 107.1, "tokens_per_s": 611788, "skipped": 0}'
+SUMMARY='{"type": "summary", "first_step": 11, "last_step": 30, "timed_steps": 20, "ms_per_step": 107.149, '\
+'"tokens_per_s": 611788.4, "mfu": 0.53213, "gflops": null, "joules_per_step": 72.31, "device_peak_mib": 28137.6, '\
+'"host_peak_mib": 1234.4, "data_stall_ms": 0.114, "skipped_updates": 2}'
+printf '%s\n' "$HEADER" "$STEP30" "$SUMMARY" > $W/gpu_run/metrics.jsonl
+equals "run_summary: ms/step, tok/s, MFU in percent, J/step, peak, stall, rounded as the trainer prints them" \
+    "$(run_summary $W/gpu_run)" "$(printf '107.1\t611788\t53.2\t72.3\t28138\t0.11')"
+equals "host_peak: from the summary record" "$(host_peak $W/gpu_run)" 1234
+equals "the reader: fields as the file holds them, null as '-', from the file's path too" \
+    "$(python3 scripts/run_summary.py $W/gpu_run/metrics.jsonl last_step timed_steps gflops skipped_updates mfu)" \
+    "$(printf '30\t20\t-\t2\t0.53213')"
+# the CPU trainer's record: no MFU, energy or device memory
+printf '%s\n' "$HEADER" '{"type": "summary", "first_step": 2, "last_step": 6, "timed_steps": 5, '\
+'"ms_per_step": 10.62, "tokens_per_s": 3011.09, "mfu": null, "gflops": 29.57, "joules_per_step": null, '\
+'"device_peak_mib": null, "host_peak_mib": null, "data_stall_ms": 0.0078, "skipped_updates": 0}' \
+    > $W/cpu_run/metrics.jsonl
+equals "run_summary: a null figure gives '-'" "$(run_summary $W/cpu_run)" "$(printf '10.6\t3011\t-\t-\t-\t0.01')"
+equals "host_peak: a null host peak gives nothing" "$(host_peak $W/cpu_run)" ""
+# a run that stopped before its end: the file ends with a step; the reader names the file
+printf '%s\n' "$HEADER" "$STEP30" > $W/cut_run/metrics.jsonl
+python3 scripts/run_summary.py $W/cut_run ms_per_step > $W/cut.out 2> $W/cut.err
+rc=$?
+if [ $rc = 1 ] && [ ! -s $W/cut.out ] &&
+   grep -qF "$W/cut_run/metrics.jsonl: does not end with a summary record" $W/cut.err; then
+    ok "the reader: no summary record is exit 1, naming the file"
+else bad "the reader on a file without a summary record: exit $rc, out '$(cat $W/cut.out)', err '$(cat $W/cut.err)'"; fi
+equals "run_summary: a run without a summary record gives '-' for each" "$(run_summary $W/cut_run 2> /dev/null)" \
     "$(printf -- '-\t-\t-\t-\t-\t-')"
+run_summary $W/cut_run > /dev/null 2> $W/cut_lib.err
+if grep -qF "$W/cut_run/metrics.jsonl" $W/cut_lib.err; then ok "run_summary: passes on the reader's message"
+else bad "run_summary on a run without a summary record said: '$(cat $W/cut_lib.err)'"; fi
+# a finished run resumed later that stopped before its new end: its old summary is not the file's
+printf '%s\n' "$HEADER" "$STEP30" "$SUMMARY" \
+    '{"type": "run", "program": "train_gpt2cu", "build": "bf16", "resumed_from": 30}' > $W/resumed_run/metrics.jsonl
+python3 scripts/run_summary.py $W/resumed_run > /dev/null 2> $W/resumed.err
+rc=$?
+if [ $rc = 1 ] && grep -qF 'its last record is "run"' $W/resumed.err; then
+    ok "the reader: a summary before a later part is not the file's"
+else bad "the reader on a summary followed by a resumed part: exit $rc, '$(cat $W/resumed.err)'"; fi
+# a cut-off last line, no metrics file, an unknown field
+head -c 100 $W/gpu_run/metrics.jsonl > $W/cut_line.jsonl
+python3 scripts/run_summary.py $W/cut_line.jsonl > /dev/null 2> $W/cut_line.err
+rc=$?
+if [ $rc = 1 ] && grep -qF "$W/cut_line.jsonl: the last line is not a whole JSON record" $W/cut_line.err; then
+    ok "the reader: a cut-off last line is exit 1, naming the file"
+else bad "the reader on a cut-off last line: exit $rc, '$(cat $W/cut_line.err)'"; fi
+python3 scripts/run_summary.py $W/no_metrics > /dev/null 2> $W/none.err
+rc=$?
+if [ $rc = 1 ] && grep -qF "$W/no_metrics/metrics.jsonl: no such file" $W/none.err; then
+    ok "the reader: a folder without metrics.jsonl is exit 1, naming the file"
+else bad "the reader on a folder without metrics.jsonl: exit $rc, '$(cat $W/none.err)'"; fi
+python3 scripts/run_summary.py $W/gpu_run ms_per_step tokens_per_sec > /dev/null 2> $W/field.err
+rc=$?
+if [ $rc = 2 ] && grep -qF "tokens_per_sec: not a field of the summary record" $W/field.err; then
+    ok "the reader: a field the record does not have is exit 2, named"
+else bad "the reader with an unknown field: exit $rc, '$(cat $W/field.err)'"; fi
 
 test_finish

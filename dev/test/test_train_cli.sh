@@ -6,7 +6,8 @@
 # losses bit for bit; resume after a crash (-y 1 with nothing yet, a corrupt newest
 # checkpoint, a log written past the checkpoint, changed flags, a finished run); a run
 # whose every update is skipped stops; a failing sample never costs the final checkpoint;
-# -s 0 and -n 0 mean never (llm.c); the last step evaluates; -x -1 trains at least one step.
+# -s 0 and -n 0 mean never (llm.c); the last step evaluates; -x -1 trains at least one step;
+# metrics.jsonl ends with the run's summary record.
 set -u
 cd "$(dirname "$0")/../.."
 ./dev/data/tinyshakespeare.sh > /dev/null || { echo "data step failed"; exit 1; }
@@ -326,6 +327,38 @@ if grep -q 'step 4: non-finite gradient norm; update skipped' $W/skip10.txt &&
    cmp -s $W/skip10/model_00000010.bin $W/noskip9/model_00000009.bin; then
     ok "a skipped update leaves AdamW's bias correction where it was"
 else bad "skipped update and AdamW's step count: $(grep -c skipped $W/skip10.txt) skips; models differ"; fi
+
+# metrics.jsonl ends with the run's summary record: its last step, the updates skipped (two
+# steps forced non-finite), the means over the steps after the first, equal to those of the
+# step records; no MFU, energy or device memory on the CPU; scripts/run_summary.py reads it
+GPT2_TEST_OVERFLOW_STEPS=2,5 ./train_gpt2 $SMALL -x 7 -n 0 -o $W/summary > $W/summary.txt 2>&1 ||
+    bad "the run with two forced skips failed: $(tail -2 $W/summary.txt)"
+if ${PYTHON:-python3} - $W/summary/metrics.jsonl > $W/summary_check.txt 2>&1 << 'EOF2'
+import json, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+s = recs[-1]
+assert s["type"] == "summary", "the last record is %r, not the summary" % s["type"]
+want = {"first_step": 2, "last_step": 7, "timed_steps": 6, "skipped_updates": 2, "mfu": None,
+        "joules_per_step": None, "device_peak_mib": None}
+for k, v in want.items():
+    assert s[k] == v, "%s is %r, want %r" % (k, s[k], v)
+for k in ("ms_per_step", "tokens_per_s", "gflops", "host_peak_mib"):
+    assert isinstance(s[k], (int, float)) and s[k] > 0, "%s is %r, not a positive number" % (k, s[k])
+assert isinstance(s["data_stall_ms"], (int, float)) and s["data_stall_ms"] >= 0, "data_stall_ms %r" % s["data_stall_ms"]
+ms = [r["ms"] for r in recs if r["type"] == "step" and r["step"] >= 2]
+mean = sum(ms) / len(ms)
+assert abs(s["ms_per_step"] - mean) <= 1e-6 * mean, "ms_per_step %r, the steps' mean %r" % (s["ms_per_step"], mean)
+tps = 32 * 1e3 / mean  # B*T = 32 tokens a step
+assert abs(s["tokens_per_s"] - tps) <= 1e-6 * tps, "tokens_per_s %r, want %r" % (s["tokens_per_s"], tps)
+print("%.3f ms/step, %.0f tok/s over steps 2..7, 2 skipped" % (s["ms_per_step"], s["tokens_per_s"]))
+EOF2
+then ok "metrics.jsonl ends with the run's summary: $(cat $W/summary_check.txt)"
+else bad "the summary record: $(tail -3 $W/summary_check.txt)"; fi
+read_back=$(${PYTHON:-python3} scripts/run_summary.py $W/summary last_step skipped_updates mfu 2>&1)
+if [ "$read_back" = "$(printf '7\t2\t-')" ] &&
+   ${PYTHON:-python3} scripts/plot_metrics.py --validate $W/summary > /dev/null 2>&1; then
+    ok "scripts/run_summary.py reads the CPU run's summary; the file is valid"
+else bad "reading the CPU run's summary: '$read_back'"; fi
 
 # -nk / -nm: the newest N checkpoints stay, and every M-th step's; -y 1 takes the newest
 ./train_gpt2 $SMALL -x 10 -n 1 -nk 2 -nm 4 -g 0 -o $W/nk > $W/nk.txt 2>&1

@@ -1,0 +1,93 @@
+// gpu/checkpoint.cuh: the GPU trainer's checkpoints in a run directory (names, formats and
+// the order that keeps them intact: common/train_common.h, common/checkpoint.h,
+// docs/formats.md): <dir>/model_<step>.bin, the model exactly as trained (fp32 v3 in the
+// fp32 build, bf16 v5 in the bf16 build), and <dir>/state_<step>.bin, the rest of the
+// training state: the optimizer's arrays, the step, the RNG, the data loader's position,
+// the fp16 loss scale, FP8's delayed-scaling state. Under ZeRO each rank writes its shard's
+// state_<step>.rank<r>.bin, and rank 0's state file last, so a step whose state file exists
+// has a complete checkpoint.
+#pragma once
+#include "../common/checkpoint.h"
+#include "../common/train_common.h"
+#include "trainer.cuh"
+
+// run carries what the run adds to the state (log length, skipped updates, settings).
+static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, const char *dir, int step, uint64_t rng,
+                                    const TrainState *run) {
+    GPT2 *m = &t->model;
+    const Optimizer *o = &t->opt;
+    char mp[4096], sp[4096];
+    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    const int rank = t->dp.rank;
+    if (o->shard_rank == 0 && rank != 0) {  // unsharded: rank 0 writes everything
+        dp_barrier(&t->dp, t->info + INFO_BARRIER);
+        return;
+    }
+    state_path_for_rank(dir, step, o->shard_rank, sp, sizeof sp);
+    const size_t n = m->num_params, ns = o->zl.shard_elems;
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    float *host = (float *)xmalloc((n > ns ? n : ns) * sizeof(float));  // the parameters, then the master weights
+    TrainState s = train_state_for(run, step, rng, loader);
+    s.model_crc = 0;  // known to rank 0, which writes the model
+    if (rank == 0) {  // every rank holds the same parameters
+        download_floatX(host, m->params, n);
+        s.model_crc = gpt2_checkpoint_write(mp, &m->config, host, PRECISION == PRECISION_BF16);
+    }
+    s.world_size = t->dp.world;
+    s.rank = o->shard_rank;
+    s.loss_scale = t->scaler.scale;
+    s.loss_scale_good_steps = t->scaler.good_steps;
+    optimizer_state_get(o, &s, host);  // offloaded fp32 state is written from where it lives
+    s.fp8_n = t->fp8.mask ? (int)fp8_linear_state_floats(&t->fp8.f8) : 0;
+    s.fp8 = s.fp8_n ? (float *)xmalloc((size_t)s.fp8_n * sizeof(float)) : NULL;
+    if (s.fp8_n) fp8_linear_state_get(&t->fp8.f8, s.fp8, m->stream);
+    // rank 0's state file marks the checkpoint complete, so it is written after the others'
+    if (o->shard_rank != 0) train_state_write(sp, &s);
+    dp_barrier(&t->dp, t->info + INFO_BARRIER);
+    if (rank == 0) train_state_write(sp, &s);
+    optimizer_state_release(o, &s);
+    free(s.fp8);
+    free(host);
+}
+
+static void trainer_load_checkpoint(GpuTrainer *t, DataLoader *loader, const char *dir, int step, TrainState *run,
+                                    uint64_t *rng) {
+    GPT2 *m = &t->model;
+    Optimizer *o = &t->opt;
+    char mp[4096], sp[4096];
+    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    state_path_for_rank(dir, step, o->shard_rank, sp, sizeof sp);
+    GPT2Config cfg;
+    float *params = gpt2_checkpoint_read(mp, &cfg);
+    if (memcmp(&cfg, &m->config, sizeof cfg) != 0)
+        fatal("%s holds a different model shape than -e gave; resume with the same model", mp);
+    upload_params(m->params, params, m->num_params);
+    fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);
+    TrainState s;
+    memset(&s, 0, sizeof s);
+    s.world_size = t->dp.world;
+    s.rank = o->shard_rank;
+    s.loader_pos_bytes = (int)sizeof(DataLoaderPos);
+    optimizer_state_arrays(o, &s, params);  // (offloaded fp32 state is read in place: no update has run yet)
+    train_state_read(sp, &s);
+    optimizer_state_set(o, &s);
+    train_state_resume(&s, loader, run, rng);
+    if (t->dp.rank == 0) {
+        if (s.has_ext) run_settings_report(s.settings, run->settings);
+        logger_truncate(dir, s.log_bytes, s.json_bytes);
+    }
+    if (PRECISION == PRECISION_FP16) {
+        if (!(s.loss_scale > 0.0f) || !isfinite(s.loss_scale)) fatal("%s: bad loss scale %g", sp, s.loss_scale);
+        t->scaler.scale = s.loss_scale;
+        t->scaler.good_steps = s.loss_scale_good_steps;
+    }
+    const size_t want_fp8 = t->fp8.mask ? fp8_linear_state_floats(&t->fp8.f8) : 0;
+    if (want_fp8 && (size_t)s.fp8_n == want_fp8 && fp8_linear_state_set(&t->fp8.f8, s.fp8))
+        fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);  // again, with the scales back
+    else if (want_fp8 && t->dp.rank == 0)
+        printf("note: %s holds no FP8 scaling state of this run's layers; the first step scales itself, so the run "
+               "continues close to, not bit for bit as, the one that wrote it\n", sp);
+    free(s.fp8);
+    optimizer_state_release(o, &s);
+    free(params);
+}

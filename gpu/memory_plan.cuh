@@ -1,0 +1,149 @@
+// gpu/memory_plan.cuh: the device memory a run will take, planned from its settings without a
+// GPU (--max-device-memory, common/memory_budget.h, holds the plan against a budget and
+// names the settings that fit), checked against the GPU's free memory once it is open, and
+// the memory lines a run prints: the breakdown at start, the peak at the end.
+#pragma once
+#include "../common/memory_budget.h"
+#include "../kernels/offload.cuh"
+#include "settings.cuh"
+#include "activations.cuh"
+#include "model.cuh"
+#include "optimizer.cuh"
+#include "fp8_layers.cuh"
+#include "batch.cuh"
+
+// Beyond its buffers a run holds cuBLAS's and the kernels' own memory and allocation
+// rounding: DEVICE_RESERVE_BYTES, measured on an H200 (docs/memory.md)
+#define DEVICE_RESERVE_BYTES ((size_t)192 << 20)
+// NCCL's (or the MPI backend's) device buffers with several ranks: an estimate, not yet
+// measured on GPUs of their own
+#define COMM_RESERVE_BYTES ((size_t)512 << 20)
+// --offload: the GPU's page tables for the mapped host memory, at 8 bytes a 4 KiB page (an
+// estimate, not yet measured): 1/512 of the state
+#define OFFLOAD_MAP_RESERVE_DIVISOR 512
+
+typedef struct {
+    size_t params, grads, optimizer, acts, scratch, other;
+} DevicePlan;
+
+// What the plan is of: a model and the run's settings (the planner varies the MemorySetting)
+typedef struct {
+    const GPT2Config *cfg;
+    const GpuSettings *s;
+} PlanInput;
+
+// The plan of one rank's device for setting m. SIZE_MAX in params: the setting is impossible
+// (ZeRO over ranks that do not divide a slice).
+static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
+    DevicePlan d;
+    memset(&d, 0, sizeof d);
+    const GPT2Config *c = in->cfg;
+    const GpuSettings *s = in->s;
+    const int sharded = m.ranks > 1 && m.zero_stage > 0, zero2 = m.ranks > 1 && m.zero_stage == 2;
+    ZeroLayout zl;
+    if (optimizer_layout(&zl, c, sharded ? m.ranks : 1)) {
+        d.params = SIZE_MAX;
+        return d;
+    }
+    const size_t ns = zl.shard_elems, n = zl.n;
+    size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
+    d.params = n * sizeof(floatX);
+    d.grads = (gradient_elems(c, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
+    const int has_master = optimizer_has_master(s);
+    const size_t state = optimizer_state_bytes(ns, has_master, m.moments_bf16);
+    d.optimizer = m.offload ? 0 : state;  // offload: in host memory
+    ActShape a = {c, m.B, m.T, m.recompute, s->flash, s->deterministic, 0};
+    size_t bytes[ACT_COUNT];
+    activation_sizes(&a, bytes);
+    for (int i = 0; i < ACT_COUNT; i++) (ACT_BUFFERS[i].kind == ACT_SCRATCH ? d.scratch : d.acts) += bytes[i];
+    d.scratch += fp8_plan_bytes(c, s->fp8_mask, (size_t)m.B * m.T);
+    d.other = batch_ints(m.B, m.T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
+              DEVICE_RESERVE_BYTES + (m.ranks > 1 ? COMM_RESERVE_BYTES : 0) +
+              (m.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0) +
+              (m.offload == OFFLOAD_STAGED ? offload_stage_bytes(has_master, adamw_moment_bytes(m.moments_bf16)) : 0);
+    return d;
+}
+
+static size_t device_plan_bytes(const void *ctx, MemorySetting m) {
+    DevicePlan d = gpt2_device_plan((const PlanInput *)ctx, m);
+    if (d.params == SIZE_MAX) return SIZE_MAX;
+    return d.params + d.grads + d.optimizer + d.acts + d.scratch + d.other;
+}
+
+// "parameters 0.23 GiB, gradients ..." for the budget's messages
+static const char *device_plan_text(char *buf, size_t cap, const DevicePlan *d) {
+    const double g = 1.0 / (1024.0 * 1024 * 1024);
+    snprintf(buf, cap, "parameters %.2f GiB, gradients %.2f, optimizer state %.2f, activations %.2f, scratch %.2f, "
+             "buffers and reserve %.2f", d->params * g, d->grads * g, d->optimizer * g, d->acts * g, d->scratch * g,
+             d->other * g);
+    return buf;
+}
+
+// --max-device-memory, before any GPU work: the plan against the budget (stops naming the
+// settings that fit when it is over)
+static void memory_budget_gate(const PlanInput *in, MemorySetting m, int print) {
+    if (!in->s->max_memory_bytes) return;
+    DevicePlan d = gpt2_device_plan(in, m);
+    char text[256];
+    memory_budget_check(in->s->max_memory_bytes, m, device_plan_bytes, in, device_plan_text(text, sizeof text, &d),
+                        print);
+}
+
+// Before any large allocation, once the GPU is open: a budget against the card's size, and
+// the plan against the GPU's free memory (the CUDA context and other processes already out
+// of it), so that a run too large for this GPU stops naming settings that fit instead of
+// failing in the middle of its allocations
+static void device_memory_check(const PlanInput *in, MemorySetting m, int dev, const cudaDeviceProp *prop) {
+    char card[300], why[512], what[340], text[256], f[32];
+    snprintf(card, sizeof card, "GPU %d (%s)", dev, prop->name);
+    if (memory_budget_vs_card(in->s->max_memory_bytes, prop->totalGlobalMem, card, why, sizeof why))
+        fatal("%s", why);
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    snprintf(what, sizeof what, "%s has %s free", card, gib_text(f, sizeof f, free_b));
+    DevicePlan d = gpt2_device_plan(in, m);
+    memory_limit_check(what, free_b, m, device_plan_bytes, in, device_plan_text(text, sizeof text, &d), 0);
+}
+
+static size_t device_used_bytes(void) {
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+}
+
+// The start-of-run memory breakdown (this rank's), with what ZeRO saves per rank.
+static void print_memory(const GPT2 *model, const Optimizer *o, const Fp8Layers *fp8, const DataParallel *dp,
+                         size_t in_use) {
+    double mib = 1.0 / (1024.0 * 1024.0);
+    const size_t np = model->num_params, ns = o->zl.shard_elems;
+    const size_t grad_bytes = model->grad_elems * sizeof(floatX) + (o->gshard ? ns * sizeof(floatX) : 0);
+    const size_t moments = 2 * adamw_moment_bytes(o->moments_bf16);
+    const size_t opt_bytes = optimizer_state_bytes(ns, o->master != NULL, o->moments_bf16);
+    const size_t scratch = model->scratch_bytes + fp8_plan_bytes(&model->config, fp8->mask, (size_t)model->B * model->T);
+    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s%s), "
+           "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
+           np * sizeof(floatX) * mib, grad_bytes * mib, o->master ? ns * 4 * mib : 0.0, ns * moments * mib,
+           o->moments_bf16 ? "bf16" : "fp32",
+           o->offload == OFFLOAD_STAGED ? "; these and the master weights in pinned host memory, staged"
+           : o->offload                 ? "; these and the master weights in mapped pinned host memory"
+                                        : "",
+           model->act_bytes * mib, scratch * mib, CUBLASLT_WORKSPACE_BYTES * mib, in_use * mib);
+    if (dp->world > 1) {
+        size_t full_opt = optimizer_state_bytes(np, o->master != NULL, o->moments_bf16), full_grad = np * sizeof(floatX);
+        printf(
+            "data parallel: %d ranks (%s), ZeRO-%d: per rank, optimizer state %.0f MiB (unsharded %.0f, saves %.0f), "
+            "gradients %.0f MiB (unsharded %.0f, saves %.0f)\n",
+            dp->world, comm_backend_name(dp->comm->backend), dp->zero_stage, opt_bytes * mib, full_opt * mib,
+            (full_opt - opt_bytes) * mib, grad_bytes * mib, full_grad * mib,
+            full_grad > grad_bytes ? (full_grad - grad_bytes) * mib : 0.0);
+    }
+}
+
+// At the end of a run with --max-device-memory: the device memory at peak against the plan and
+// the budget (peak: cudaMemGetInfo's use less the use before the run)
+static void print_memory_vs_budget(size_t peak, size_t planned, size_t max_memory) {
+    const double mib = 1.0 / (1024.0 * 1024.0);
+    if (max_memory)
+        printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n", peak * mib,
+               planned * mib, max_memory * mib, peak > max_memory ? ": OVER the budget (the plan misses something)" : "");
+}

@@ -1,0 +1,363 @@
+// gpu/model.cuh: GPT-2 on one GPU: its configuration, parameters, gradients, activations and
+// stream (GPT2), and its forward, loss and backward, each a plain sequence of the kernels of
+// kernels/<layer>.cuh. Parameters are floatX (bf16, fp16 or fp32, chosen at build time with
+// -DPRECISION), one contiguous buffer in checkpoint order (common/checkpoint.h); gradients
+// likewise, or under ZeRO-2 two layers' slots that the backward reuses (the data-parallel
+// reduction empties a slot while the layer below fills the other). The model reads its
+// micro-batch from the device (gpu/batch.cuh) and tells whoever consumes its gradients when a
+// layer's may be written and when they are final (GradHooks: gpu/data_parallel.cuh).
+#pragma once
+#include "../common/checkpoint.h"
+#include "../kernels/common.cuh"
+#include "../kernels/encoder.cuh"
+#include "../kernels/layernorm.cuh"
+#include "../kernels/matmul.cuh"
+#include "../kernels/attention.cuh"
+#include "../kernels/gelu.cuh"
+#include "../kernels/classifier.cuh"
+#include "settings.cuh"
+#include "activations.cuh"
+#include "fp8_layers.cuh"
+#include "batch.cuh"
+
+// What the backward tells the consumer of its gradients: before it writes layer l's (l = -1:
+// wte, wpe and lnf's) and once they are final. NULL functions: nobody to tell.
+typedef struct {
+    void (*writable)(void *ctx, int l);
+    void (*final)(void *ctx, int l);
+    void *ctx;
+} GradHooks;
+
+typedef struct {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAM_TENSORS], param_offsets[NUM_PARAM_TENSORS], num_params;
+    floatX *params, *param[NUM_PARAM_TENSORS];  // device, checkpoint order
+    // gradients: every tensor whole, or with grad_slots (ZeRO-2) wte, wpe, lnf whole and the
+    // per-layer tensors' slices of two layers, layer l in slot l % 2 (grad_at)
+    floatX *grads, *grad[NUM_PARAM_TENSORS];
+    size_t grad_elems;
+    int grad_slots;
+    floatX *grad_slot[2];
+    size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
+    Activations acts;
+    size_t act_bytes, scratch_bytes;  // kept for the backward, and scratch
+    int B, T, recompute, flash;       // the micro-batch capacity, -r, flash attention
+    Fp8Layers *fp8;                   // the linear layers' FP8 state (mask 0: none in FP8)
+    int num_sms;
+    cudaStream_t stream;
+} GPT2;
+
+// The parameter layout: each tensor's size and offset in checkpoint order; returns the total
+static size_t gpt2_param_layout(const GPT2Config *c, size_t sizes[NUM_PARAM_TENSORS],
+                                size_t offsets[NUM_PARAM_TENSORS]) {
+    gpt2_param_sizes(c, sizes);
+    size_t n = 0;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        offsets[k] = n;
+        n += sizes[k];
+    }
+    return n;
+}
+
+// The gradient buffer's elements: the whole model's, or (slots) wte, wpe, lnf whole plus two
+// layer slots, each slot the per-layer tensors' slices at slot_offsets.
+static size_t gradient_elems(const GPT2Config *c, int slots, size_t slot_offsets[NUM_PARAM_TENSORS],
+                             size_t *slot_elems) {
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS], n = gpt2_param_layout(c, sizes, offsets);
+    *slot_elems = 0;
+    if (!slots) return n;
+    size_t elems = 0;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        int layers = gpt2_param_layers(c, k);
+        if (layers == 1) elems += sizes[k];
+        else { slot_offsets[k] = *slot_elems; *slot_elems += sizes[k] / layers; }
+    }
+    return elems + 2 * *slot_elems;
+}
+
+// Where the gradient of tensor k's layer l lives.
+static floatX *grad_at(const GPT2 *m, int k, int l) {
+    int layers = gpt2_param_layers(&m->config, k);
+    if (layers == 1) return m->grad[k];
+    if (m->grad_slots) return m->grad_slot[l & 1] + m->slot_offsets[k];
+    return m->grad[k] + (size_t)l * (m->param_sizes[k] / layers);
+}
+
+// host fp32 -> device floatX
+static void upload_params(floatX *dst, const float *src, size_t n) {
+    const size_t chunk = 1 << 24;
+    floatX *tmp = (floatX *)xmalloc(chunk * sizeof(floatX));
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk;
+#if PRECISION == PRECISION_FP32
+        memcpy(tmp, src + i, m * sizeof(float));
+#elif PRECISION == PRECISION_FP16
+        for (size_t j = 0; j < m; j++) tmp[j] = __float2half_rn(src[i + j]);
+#else
+        for (size_t j = 0; j < m; j++) {
+            uint16_t h = float_to_bf16(src[i + j]);
+            memcpy(&tmp[j], &h, 2);
+        }
+#endif
+        CUDA_CHECK(cudaMemcpy(dst + i, tmp, m * sizeof(floatX), cudaMemcpyHostToDevice));
+    }
+    free(tmp);
+}
+
+// device floatX -> host fp32
+static void download_floatX(float *dst, const floatX *src, size_t n) {
+    const size_t chunk = 1 << 24;
+    floatX *tmp = (floatX *)xmalloc(chunk * sizeof(floatX));
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk;
+        CUDA_CHECK(cudaMemcpy(tmp, src + i, m * sizeof(floatX), cudaMemcpyDeviceToHost));
+#if PRECISION == PRECISION_FP32
+        memcpy(dst + i, tmp, m * sizeof(float));
+#elif PRECISION == PRECISION_FP16
+        for (size_t j = 0; j < m; j++) dst[i + j] = __half2float(tmp[j]);
+#else
+        for (size_t j = 0; j < m; j++) {
+            uint16_t h;
+            memcpy(&h, &tmp[j], 2);
+            dst[i + j] = bf16_to_float(h);
+        }
+#endif
+    }
+    free(tmp);
+}
+
+// The activations' shape for this model at micro-batches of (B, T) (num_sms 0: planned without a GPU)
+static ActShape gpt2_act_shape(const GPT2Config *c, const GpuSettings *s, int num_sms) {
+    ActShape a = {c, s->o.B, s->o.T, s->recompute, s->flash, s->deterministic, num_sms};
+    return a;
+}
+
+// Allocates the model for micro-batches of up to the settings' (B, T) and uploads the
+// parameters (host fp32, checkpoint order). fp8: the FP8 state of the linear layers (its
+// mask 0: none). Gradients in slots under ZeRO-2 (s->zero_stage is 0 with one rank).
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params, const GpuSettings *s,
+                       Fp8Layers *fp8) {
+    memset(m, 0, sizeof *m);
+    m->config = *cfg;
+    m->num_params = gpt2_param_layout(cfg, m->param_sizes, m->param_offsets);
+    m->B = s->o.B;
+    m->T = s->o.T;
+    m->recompute = s->recompute;
+    m->flash = s->flash;
+    m->fp8 = fp8;
+    CUDA_CHECK(cudaStreamCreate(&m->stream));
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&m->num_sms, cudaDevAttrMultiProcessorCount, dev));
+    matmul_init(m->stream);
+
+    CUDA_CHECK(cudaMalloc(&m->params, m->num_params * sizeof(floatX)));
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) m->param[k] = m->params + m->param_offsets[k];
+    upload_params(m->params, host_params, m->num_params);
+    m->grad_slots = s->zero_stage == 2;
+    m->grad_elems = gradient_elems(cfg, m->grad_slots, m->slot_offsets, &m->slot_elems);
+    CUDA_CHECK(cudaMalloc(&m->grads, m->grad_elems * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(m->grads, 0, m->grad_elems * sizeof(floatX)));
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        if (!m->grad_slots) m->grad[k] = m->grads + m->param_offsets[k];
+        else if (gpt2_param_layers(cfg, k) == 1) { m->grad[k] = m->grads + off; off += m->param_sizes[k]; }
+        else m->grad[k] = NULL;  // in the slots
+    }
+    if (m->grad_slots) {
+        m->grad_slot[0] = m->grads + off;
+        m->grad_slot[1] = m->grads + off + m->slot_elems;
+    }
+    if (m->flash) flash_attention_set_deterministic(s->deterministic);
+    ActShape a = gpt2_act_shape(cfg, s, m->num_sms);
+    activations_alloc(&m->acts, &a, &m->act_bytes, &m->scratch_bytes);
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+static void gpt2_free(GPT2 *m) {
+    activations_free(&m->acts);
+    cudaFree(m->params);
+    cudaFree(m->grads);
+    matmul_free();
+    cudaStreamDestroy(m->stream);
+}
+
+static void gpt2_zero_grad(GPT2 *m) {
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->grad_elems * sizeof(floatX), m->stream));
+}
+
+// Layer l from its layernormed input b->ln1 up to the MLP's GELU output: attention, its
+// projection and residual add with ln2, the fc matmul. The forward continues with the fc
+// projection; -r 3's backward runs this again to recompute the block.
+static void gpt2_block_forward(GPT2 *m, int l, const BlockActs *b, int B, int T) {
+    const int C = m->config.channels, NH = m->config.num_heads, N = B * T;
+    cudaStream_t s = m->stream;
+    Activations *a = &m->acts;
+    floatX **p = m->param;
+    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), b->qkv, NULL, b->ln1, p[P_QKVW] + (size_t)l * 3 * C * C,
+                   p[P_QKVB] + l * 3 * C, N, C, 3 * C, s);
+    if (m->flash) flash_attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, s);
+    else attention_forward(b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s);
+    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_ATTPROJ), a->attproj, NULL, b->atty,
+                   p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, N, C, C, s);
+    fused_residual_layernorm_forward(b->residual2, b->ln2, b->ln2_mean, b->ln2_rstd, b->residual, a->attproj,
+                                     p[P_LN2W] + l * C, p[P_LN2B] + l * C, N, C, s);
+    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FC), b->fch_gelu, b->fch, b->ln2, p[P_FCW] + (size_t)l * 4 * C * C,
+                   p[P_FCB] + l * 4 * C, N, C, 4 * C, s);
+}
+
+static BlockActs gpt2_block_acts(const GPT2 *m, int l) {
+    return block_acts(&m->acts, &m->config, m->B, m->T, m->recompute, l);
+}
+
+// Forward over the batch's inputs (B, T), B <= capacity, T == capacity T. Leaves the logits
+// in acts.logits (B*T, Vp).
+static void gpt2_forward(GPT2 *m, const DeviceBatch *batch, int B, int T) {
+    const GPT2Config *c = &m->config;
+    const int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, N = B * T;
+    if (B > m->B || T != m->T) fatal("internal: forward with B=%d T=%d, allocated B=%d T=%d", B, T, m->B, m->T);
+    cudaStream_t s = m->stream;
+    Activations *a = &m->acts;
+    floatX **p = m->param;
+
+    encoder_forward(a->encoded, batch->inputs, p[P_WTE], p[P_WPE], B, T, C, s);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p[P_LN1W], p[P_LN1B], N, C, s);
+    for (int l = 0; l < L; l++) {
+        BlockActs b = gpt2_block_acts(m, l);
+        gpt2_block_forward(m, l, &b, B, T);
+        linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FCPROJ), a->fcproj, NULL, b.fch_gelu,
+                       p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, N, 4 * C, C, s);
+        // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
+        if (l + 1 < L) {
+            BlockActs next = gpt2_block_acts(m, l + 1);
+            fused_residual_layernorm_forward(b.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, b.residual2,
+                                             a->fcproj, p[P_LN1W] + (l + 1) * C, p[P_LN1B] + (l + 1) * C, N, C, s);
+        } else {
+            fused_residual_layernorm_forward(b.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, b.residual2, a->fcproj,
+                                             p[P_LNFW], p[P_LNFB], N, C, s);
+        }
+    }
+    // the lm_head, tied to wte
+    linear_forward(m->fp8, fp8_site(m->fp8, -1, 0), a->logits, NULL, a->lnf, p[P_WTE], NULL, N, C, Vp, s);
+}
+
+// Loss of the last forward over the batch's targets: adds loss_scale * the sum of the
+// per-position losses to *loss_acc (device). With write_grad the logits are replaced by
+// d(grad_scale * loss_scale * sum of losses)/d(logits), ready for gpt2_backward (grad_scale:
+// the fp16 build's loss scale S, 1 in the others).
+static void gpt2_loss(GPT2 *m, const DeviceBatch *batch, float *loss_acc, float loss_scale, float grad_scale,
+                      int write_grad, int B, int T) {
+    const GPT2Config *c = &m->config;
+    const int N = B * T;
+    fused_classifier(m->acts.logits, m->acts.losses, batch->targets, loss_scale * grad_scale, write_grad, N,
+                     c->vocab_size, c->padded_vocab_size, m->stream);
+    loss_accumulate(loss_acc, m->acts.losses, N, loss_scale, m->stream);
+}
+
+static void grads_writable(const GradHooks *h, int l) {
+    if (h && h->writable) h->writable(h->ctx, l);
+}
+static void grads_final(const GradHooks *h, int l) {
+    if (h && h->final) h->final(h->ctx, l);
+}
+
+// The backward of layer l needs what the forward did not keep (the recompute level): -r 3
+// the whole block from its input, -r 2 the layernorm outputs and the GELU, -r 1 the GELU.
+static void gpt2_recompute_layer(GPT2 *m, int l, const BlockActs *b) {
+    const int r = m->recompute, C = m->config.channels, N = m->B * m->T;
+    cudaStream_t s = m->stream;
+    floatX **p = m->param;
+    if (r >= 2)
+        layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, N, C,
+                          s);
+    if (r >= 3) gpt2_block_forward(m, l, b, m->B, m->T);
+    if (r == 1 || r == 2) gelu_forward(b->fch_gelu, b->fch, (long)N * 4 * C, s);
+    if (r == 2)
+        layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, N, C,
+                          s);
+}
+
+// The MLP's backward, residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))): from the
+// gradient of residual3 in dresidual to that of residual2, there too.
+static void gpt2_mlp_backward(GPT2 *m, int l, const BlockActs *b) {
+    const int C = m->config.channels, N = m->B * m->T;
+    cudaStream_t s = m->stream;
+    Activations *a = &m->acts;
+    floatX **p = m->param;
+    float *fs = a->fscratch;
+    // (dfch includes gelu')
+    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_FCPROJ), a->dfch, grad_at(m, P_FCPROJW, l), NULL, fs,
+                    a->dresidual, b->fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, b->fch, N, 4 * C, C, s);
+    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_FC), a->dln, grad_at(m, P_FCW, l), grad_at(m, P_FCB, l), fs,
+                    a->dfch, b->ln2, p[P_FCW] + (size_t)l * 4 * C * C, NULL, N, C, 4 * C, s);
+    layernorm_backward(a->dresidual, grad_at(m, P_LN2W, l), grad_at(m, P_LN2B, l), grad_at(m, P_ATTPROJB, l), fs,
+                       a->dln, b->residual2, p[P_LN2W] + l * C, b->ln2_mean, b->ln2_rstd, N, C, m->num_sms, s);
+}
+
+// The attention's backward, residual2 = residual + attproj(attention(qkv(ln1(residual)))), up
+// to the gradient of ln1's output in dln (the ln1 backward follows).
+static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
+    const int C = m->config.channels, NH = m->config.num_heads, B = m->B, T = m->T, N = B * T;
+    cudaStream_t s = m->stream;
+    Activations *a = &m->acts;
+    floatX **p = m->param;
+    float *fs = a->fscratch;
+    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_ATTPROJ), a->datty, grad_at(m, P_ATTPROJW, l), NULL, fs,
+                    a->dresidual, b->atty, p[P_ATTPROJW] + (size_t)l * C * C, NULL, N, C, C, s);
+    // The qkv bias gradient, in thirds with flash attention: q's is a pass over dq; k's is
+    // zero (a bias on every key adds the same q.b to a whole row of scores, which softmax
+    // ignores; the rows of dS sum to zero), left as zero_grad left it; v's is the column
+    // sum of datty, which the attention backward reads anyway.
+    floatX *dqkvb = grad_at(m, P_QKVB, l);
+    if (m->flash)
+        flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, b->qkv, b->atty, b->lse, a->flash_scratch, B, T, C,
+                                 NH, s);
+    else attention_backward(a->dqkv, a->datty, b->qkv, b->att, a->attn_scratch, B, T, C, NH, s);
+    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), a->dln, grad_at(m, P_QKVW, l), m->flash ? NULL : dqkvb, fs,
+                    a->dqkv, b->ln1, p[P_QKVW] + (size_t)l * 3 * C * C, NULL, N, C, 3 * C, s);
+    if (m->flash) bias_backward(dqkvb, fs, a->dqkv, N, C, 3 * C, s);
+}
+
+// Backward of the last forward at full capacity (B, T), after gpt2_loss(write_grad=1).
+// Gradients accumulate into the model's gradients. Each layernorm backward also sums the
+// columns of the dresidual it leaves: that is the bias gradient of the linear layer whose
+// output gradient dresidual is next (lnf and ln1: the fcproj below; ln2: attproj), so those
+// two layers skip their bias passes.
+static void gpt2_backward(GPT2 *m, const DeviceBatch *batch, const GradHooks *hooks) {
+    const GPT2Config *c = &m->config;
+    const int B = m->B, T = m->T, L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, N = B * T;
+    cudaStream_t s = m->stream;
+    Activations *a = &m->acts;
+    floatX **p = m->param, **g = m->grad;
+    float *fs = a->fscratch;
+
+    // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
+    grads_writable(hooks, -1);
+    linear_backward(m->fp8, fp8_site(m->fp8, -1, 0), a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, N,
+                    C, Vp, s);
+    CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, (size_t)N * C * sizeof(floatX), s));
+    grads_writable(hooks, L - 1);  // lnf's backward writes the fcproj bias gradient of layer L - 1
+    layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], grad_at(m, P_FCPROJB, L - 1), fs, a->dln,
+                       a->residual3 + (size_t)(L - 1) * N * C, p[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, m->num_sms, s);
+
+    // dresidual carries the gradient of the residual stream down through the layers
+    for (int l = L - 1; l >= 0; l--) {
+        BlockActs b = gpt2_block_acts(m, l);
+        grads_writable(hooks, l);
+        gpt2_recompute_layer(m, l, &b);
+        gpt2_mlp_backward(m, l, &b);
+        gpt2_attention_backward(m, l, &b);
+        // ln1's backward also writes the fcproj bias gradient of layer l - 1 (layer 0: the encoder is below)
+        floatX *dbias_below = NULL;
+        if (l > 0) {
+            grads_writable(hooks, l - 1);
+            dbias_below = grad_at(m, P_FCPROJB, l - 1);
+        }
+        layernorm_backward(a->dresidual, grad_at(m, P_LN1W, l), grad_at(m, P_LN1B, l), dbias_below, fs, a->dln,
+                           b.residual, p[P_LN1W] + l * C, b.ln1_mean, b.ln1_rstd, N, C, m->num_sms, s);
+        grads_final(hooks, l);  // layer l's gradients are final: sent while layer l - 1 runs
+    }
+    encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, batch->positions, batch->bucket_token, batch->bucket_start,
+                     batch->nb, batch->bucket_count, B, T, C, s);
+    grads_final(hooks, -1);
+}

@@ -1,0 +1,227 @@
+// gpu/settings.cuh: every setting of the GPU trainer in one struct, GpuSettings: the
+// options both trainers take (common/train_common.h's TrainOptions) and the GPU trainer's
+// own, filled once by one option table, checked before any GPU work, then passed whole to
+// whatever is built from them (the model, the optimizer, the memory plan). test_gpt2cu
+// takes the model's options from the same table.
+#pragma once
+#include "../common/train_common.h"
+#include "../common/distributed.h"
+#include "../common/memory_budget.h"
+#include "../kernels/common.cuh"
+#include "../kernels/comm.cuh"
+#include "../kernels/offload.cuh"
+
+// --flash-attention -1: flash attention where it exists (the bf16 and fp16 builds, head
+// sizes 64 and 128); it keeps no T x T matrix (19 GB less at GPT-2 124M, B=64, T=1024)
+#define FLASH_AUTO (-1)
+
+// --fp8-layers: which linear layers run in FP8 (a mask; 0: none)
+enum { FP8_LAYERS_BLOCKS = 1, FP8_LAYERS_HEAD = 2, FP8_LAYERS_ALL = 3 };
+
+typedef struct {
+    TrainOptions o;  // the options both trainers take
+    // the GPU trainer's own options, as given
+    int recompute;       // 0 none, 1 GELU, 2 GELU and layernorms, 3 the whole block
+    int flash;           // 1 flash attention, 0 plain, FLASH_AUTO (resolved by gpu_settings_for_model)
+    int master_weights;  // fp32 master weights (bf16/fp16 builds)
+    int zero_stage;      // 0, 1, 2; 0 whenever there is one rank (gpu_settings_check)
+    int fuse_gelu, profile, prefetch, tf32, log_gpu, offload, cuda_graph, fp8, deterministic;
+    const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling;
+    // derived from the options by gpu_settings_check
+    int backend;              // COMM_BACKEND_*
+    int moments_bf16;         // AdamW's moments in bf16
+    int fp8_mask;             // FP8_LAYERS_* (0: no FP8)
+    int fp8_delayed;          // FP8's delayed scaling (0: current)
+    size_t max_memory_bytes;  // --max-device-memory (0: no budget)
+} GpuSettings;
+
+static void gpu_settings_defaults(GpuSettings *s) {
+    memset(s, 0, sizeof *s);
+    train_options_defaults(&s->o, 1024);
+    s->recompute = 1;
+    s->flash = FLASH_AUTO;
+    s->master_weights = 1;
+    s->fuse_gelu = 1;
+    s->prefetch = 1;
+    s->log_gpu = -1;
+    // 1: every kernel sums in a fixed order and runs are bitwise reproducible (resume
+    // included); 0: the matmul algorithms are picked by timing and the mma.sync flash
+    // attention backward adds dq with atomics
+    s->deterministic = 1;
+    s->comm = "nccl";
+    s->max_memory = "";
+    s->optimizer_state = "fp32";
+    s->fp8_layers = "all";
+    s->fp8_scaling = "current";
+}
+
+// The options that shape the model and its update: test_gpt2cu takes these; the trainer
+// takes every option (GPU_OPTIONS_ALL), the shared ones first.
+enum { GPU_OPTIONS_MODEL, GPU_OPTIONS_ALL };
+// room for every option of the trainer's table (args_add checks it)
+#define GPU_OPTIONS_CAPACITY (TRAIN_OPTIONS_COUNT + 32)
+
+static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
+    const int all = which == GPU_OPTIONS_ALL;
+    if (all) train_options_add(t, &s->o);
+    args_add(t, "-r", "--recompute", ARG_INT, &s->recompute,
+             "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorm, 3 the whole block (keeps its input only)");
+    args_add(t, "-f", "--tf32", ARG_SWITCH, &s->tf32,
+             "1: the fp32 build's matmuls in TF32 (faster, about 3 decimal digits; the bf16 and fp16 builds' are "
+             "unaffected), 0: true fp32");
+    args_add(t, NULL, "--flash-attention", ARG_INT, &s->flash,
+             "1: flash attention (bf16/fp16 builds, head size 64 or 128), 0: attention that stores the T x T "
+             "matrix, -1: flash where supported");
+    args_add(t, "-w", "--master-weights", ARG_SWITCH, &s->master_weights,
+             "1: keep fp32 master weights (bf16/fp16 builds)");
+    args_add(t, "-ge", "--fuse-gelu", ARG_INT, &s->fuse_gelu,
+             "1: GELU in the forward matmul's epilogue, 0: separate kernel");
+    args_add(t, NULL, "--optimizer-state", ARG_STRING, &s->optimizer_state,
+             "AdamW's moments on the device: fp32, or bf16 (stochastically rounded, half the memory; checkpoints "
+             "hold fp32 either way)");
+    args_add(t, NULL, "--offload", ARG_INT, &s->offload,
+             "the fp32 master weights and AdamW's moments in pinned host memory, updated with the same "
+             "arithmetic; 1: the update reads and writes them over PCIe in place, 2: the copy engines stage them "
+             "through two device buffers of 4M elements; 0: on the device");
+    args_add(t, NULL, "--cuda-graph", ARG_SWITCH, &s->cuda_graph,
+             "1: each training micro-step (forward, loss, backward) and each update (norm, clip, AdamW) replayed "
+             "from a CUDA graph (fewer launches: for small batches and models; one rank), 0: launched kernel by "
+             "kernel");
+    args_add(t, NULL, "--fp8", ARG_SWITCH, &s->fp8,
+             "1: the linear layers' matmuls in FP8 (E4M3 weights and inputs, E5M2 gradients, per-tensor scales, "
+             "see --fp8-scaling; bf16 build, Hopper), 0: in bf16");
+    args_add(t, NULL, "--fp8-layers", ARG_STRING, &s->fp8_layers,
+             "with --fp8 1, which linear layers: all, blocks (the four of every block), or head (the lm_head)");
+    args_add(t, NULL, "--fp8-scaling", ARG_STRING, &s->fp8_scaling,
+             "with --fp8 1, the inputs' and gradients' scales: current (each tensor's own amax, one more pass "
+             "over it) or delayed (the last 16 steps' amaxes over all ranks, kept in the checkpoint)");
+    args_add(t, NULL, "--deterministic", ARG_SWITCH, &s->deterministic,
+             "1: bitwise-reproducible runs (fixed summation order everywhere), 0: matmul algorithms picked by "
+             "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size 128, "
+             "or GPU_ARCH=90): faster there, not bitwise reproducible");
+    if (!all) return;
+    args_add(t, "-z", "--zero-stage", ARG_INT, &s->zero_stage,
+             "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the "
+             "gradients");
+    args_add(t, NULL, "--comm", ARG_STRING, &s->comm,
+             "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; ranks may share "
+             "a GPU: for tests)");
+    args_add(t, "-lg", "--log-gpu-every", ARG_INT, &s->log_gpu, "llm.c's GPU logging: -1 only (use nvidia-smi)");
+    // llm.c's launch without mpirun: here the environment does it (RANK, WORLD_SIZE, ...)
+    static const char *const launch_flags[][2] = {{"-pn", "--num-processes"}, {"-pr", "--process-rank"},
+                                                  {"-pg", "--gpus-per-node"}, {"-pm", "--nccl-init-method"},
+                                                  {"-ps", "--server-ip"},     {"-pp", "--fs-path"}};
+    for (int i = 0; i < 6; i++)
+        args_add(t, launch_flags[i][0], launch_flags[i][1], ARG_REFUSED, NULL,
+                 "launch with mpirun, or set RANK, WORLD_SIZE, LOCAL_RANK and GPT2_NCCL_ID_FILE in each process "
+                 "(docs/command-line.md)");
+    args_add(t, NULL, "--max-device-memory", ARG_STRING, &s->max_memory,
+             "the most device memory the run may plan for, e.g. 16G (checked before any GPU work; a run that does "
+             "not fit stops naming settings that do); empty: no limit");
+    args_add(t, NULL, "--prefetch", ARG_SWITCH, &s->prefetch,
+             "1: read and prepare the next micro-batch on the host while the GPU runs the current one, 0: when its "
+             "micro-step starts");
+    args_add(t, NULL, "--profile", ARG_SWITCH, &s->profile,
+             "1: time each phase of the step (batch upload, forward, loss, backward, update) with CUDA events, "
+             "print a table at the end");
+}
+
+// --fp8 (0 or 1) and --fp8-layers to FP8_LAYERS_* (0: no FP8)
+static int fp8_layers_arg(int fp8, const char *layers) {
+    int mask = !strcmp(layers, "all") ? FP8_LAYERS_ALL : !strcmp(layers, "blocks") ? FP8_LAYERS_BLOCKS
+               : !strcmp(layers, "head")                                            ? FP8_LAYERS_HEAD
+                                                                                    : -1;
+    if (mask < 0) fatal("--fp8-layers must be all, blocks or head, got '%s'", layers);
+    if (fp8 && PRECISION != PRECISION_BF16)
+        fatal("--fp8 1: FP8 matmuls are in the bf16 build (make PRECISION=BF16); this is the %s build",
+              PRECISION_NAME);
+    return fp8 ? mask : 0;
+}
+
+// --fp8-scaling: 1 for delayed scaling, 0 for current (kernels/fp8_linear.cuh)
+static int fp8_delayed_arg(const char *text) {
+    if (strcmp(text, "current") != 0 && strcmp(text, "delayed") != 0)
+        fatal("--fp8-scaling must be current or delayed, got '%s'", text);
+    return strcmp(text, "delayed") == 0;
+}
+
+// --optimizer-state: 1 for bf16 moments, 0 for fp32
+static int moments_bf16_arg(const char *text) {
+    if (strcmp(text, "fp32") != 0 && strcmp(text, "bf16") != 0)
+        fatal("--optimizer-state must be fp32 or bf16, got '%s'", text);
+    return strcmp(text, "bf16") == 0;
+}
+
+// Checks the GPU options (the shared ones: train_options_validate) and derives what they
+// imply, before any GPU work. pg: the ranks of this run.
+static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
+    if (s->recompute < 0 || s->recompute > 3) fatal("-r (recompute) must be 0, 1, 2 or 3, got %d", s->recompute);
+    if (s->flash < -1 || s->flash > 1) fatal("--flash-attention must be -1, 0 or 1");
+    if (s->flash == 1 && PRECISION == PRECISION_FP32)
+        fatal("--flash-attention 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use 0");
+    if (s->log_gpu != -1) fatal("-lg: logging the GPU's state is not implemented; use nvidia-smi dmon");
+    if (s->zero_stage < 0 || s->zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", s->zero_stage);
+    s->backend = comm_backend_parse(s->comm);
+    if (s->backend != COMM_BACKEND_NCCL && s->backend != COMM_BACKEND_MPI)
+        fatal("--comm must be nccl or mpi, got '%s'", s->comm);
+    if (pg->world > 1 && !pg->using_mpi) {  // ranks from the environment: what the backends need
+        if (s->backend == COMM_BACKEND_MPI) fatal("--comm mpi needs the ranks launched by mpirun; use --comm nccl");
+        const char *id_file = getenv("GPT2_NCCL_ID_FILE");
+        if (!id_file || !*id_file)
+            fatal("%d ranks from the environment (WORLD_SIZE) need GPT2_NCCL_ID_FILE: a path on a file system every "
+                  "rank sees, fresh for each launch (rank 0 writes NCCL's id there); or launch with mpirun",
+                  pg->world);
+    }
+    if (s->fuse_gelu == 2) fatal("-ge 2: GELU fused into the backward matmul is not implemented; use -ge 1");
+    if (s->fuse_gelu != 0 && s->fuse_gelu != 1) fatal("-ge (GELU fusion) must be 0 or 1");
+    s->moments_bf16 = moments_bf16_arg(s->optimizer_state);
+    if (s->offload < OFFLOAD_NONE || s->offload > OFFLOAD_STAGED)
+        fatal("--offload must be 0, 1 or 2, got %d", s->offload);
+    if (s->cuda_graph && s->profile)
+        fatal("--cuda-graph 1 with --profile 1: the profile times each phase with events inside the step; use one "
+              "or the other");
+    s->fp8_mask = fp8_layers_arg(s->fp8, s->fp8_layers);
+    s->fp8_delayed = fp8_delayed_arg(s->fp8_scaling);
+    if (s->cuda_graph && pg->world > 1)
+        fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
+              "--cuda-graph 0", pg->world);
+    s->max_memory_bytes = 0;
+    if (*s->max_memory && !parse_bytes(s->max_memory, &s->max_memory_bytes))
+        fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", s->max_memory);
+    if (pg->world == 1) s->zero_stage = 0;  // one rank: nothing to shard
+}
+
+static int flash_supported(const GPT2Config *c) {
+    int hs = c->channels / c->num_heads;
+    return PRECISION != PRECISION_FP32 && (hs == 64 || hs == 128);
+}
+
+// What the model's shape decides: flash attention where it can run (FLASH_AUTO) or a refusal
+// where it was asked for and cannot; the kernels' alignment. name: the model, for messages.
+static void gpu_settings_for_model(GpuSettings *s, const GPT2Config *cfg, const char *name) {
+    if (s->flash == FLASH_AUTO) s->flash = flash_supported(cfg);
+    if (s->flash && !flash_supported(cfg))
+        fatal("%s: flash attention supports head sizes 64 and 128 in the bf16 and fp16 builds, this model's is %d; "
+              "use --flash-attention 0", name, cfg->channels / cfg->num_heads);
+    if (cfg->channels % 8 || (cfg->channels / cfg->num_heads) % 8)
+        fatal("%s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", name, cfg->channels,
+              cfg->channels / cfg->num_heads);
+}
+
+// The settings the memory planner may change (common/memory_budget.h), as this run has them
+static MemorySetting gpu_memory_setting(const GpuSettings *s, int world) {
+    const TrainOptions *o = &s->o;
+    MemorySetting m;
+    memset(&m, 0, sizeof m);
+    m.B = o->B;
+    m.recompute = s->recompute;
+    m.ranks = world;
+    m.zero_stage = s->zero_stage;
+    // (before the data is read: -d -1 is resolved there, to B*T*ranks)
+    m.total_batch = o->total_batch == -1 ? (long)o->B * o->T * world : o->total_batch;
+    m.T = o->T;
+    m.moments_bf16 = s->moments_bf16;
+    m.total_batch_implied = o->total_batch == -1;
+    m.offload = s->offload;
+    return m;
+}
