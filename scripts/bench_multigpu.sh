@@ -8,7 +8,8 @@
 #   (which reaches the same total batch through 8 micro-steps);
 #   GPT-2 1.5B (d48) at ZeRO-1 at the largest micro-batch of $D48_BATCHES that runs.
 # Needs ./train_gpt2cu (or CU=...) built with MPI, data/tinyshakespeare (or DATA=glob).
-# Prints the table last; logs under $OUT (default out/bench_multigpu).
+# Prints the table last; logs and each run's folder (its metrics.jsonl, whose summary record
+# the table reads) under $OUT (default out/bench_multigpu).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-out/bench_multigpu}
@@ -25,8 +26,10 @@ printf '%s\t' model GPUs ZeRO B ms/step tokens/s 'per-GPU vs 1 GPU' 'peak MiB (r
 echo 'last loss' >> "$TABLE"
 COMMON=(-i "$DATA" -j "" -t 1024 -x "$STEPS" -v 0 -s 0 -g 0 -l 6e-4 -c 0.1 -k constant -r 0)
 
-run() {  # NAME NP ARGS...: one run (mpirun for NP > 1), nvidia-smi sampled meanwhile
+run() {  # NAME NP ARGS...: one run (mpirun for NP > 1) into $OUT/NAME, nvidia-smi sampled meanwhile
     local name=$1 np=$2; shift 2
+    rm -rf "${OUT:?}/$name"
+    set -- "$@" -o "$OUT/$name" -n 0
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/$name.smi" 2>/dev/null &
     local smi=$!
     if [ "$np" = 1 ]; then timeout 300 "$CU" "$@" > "$OUT/$name.log" 2>&1
@@ -35,16 +38,21 @@ run() {  # NAME NP ARGS...: one run (mpirun for NP > 1), nvidia-smi sampled mean
     kill $smi 2>/dev/null; wait $smi 2>/dev/null
     return $rc
 }
-row() {  # NAME MODEL NP ZERO B BASE_TOKS
-    local log="$OUT/$1.log" mean tok ms mem loss eff smi
-    mean=$(grep -E '^mean over' "$log" | tail -1)
-    ms=$(echo "$mean" | sed -E 's/.*: ([0-9.]+) ms.*/\1/'); tok=$(echo "$mean" | sed -E 's/.* ([0-9]+) tok\/s.*/\1/')
-    mem=$(grep -E 'at peak' "$log" | sed -E 's/.*: ([0-9]+) MiB/\1/')
-    loss=$(grep -E '^step' "$log" | tail -1 | awk -F'|' '{print $2}' | awk '{print $2}')
+# row NAME MODEL NP ZERO B BASE_TOKS: the run's figures from its metrics.jsonl (its summary
+# record, scripts/run_summary.py, and its last step's loss)
+row() {
+    local dir="$OUT/$1" tok ms mem loss eff smi
+    read -r ms tok mem <<< "$(python3 scripts/run_summary.py "$dir" ms_per_step tokens_per_s device_peak_mib \
+                                2> /dev/null)"
+    tok=${tok%.*} mem=${mem%.*}
+    loss=$(python3 -c 'import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
+print(steps[-1]["loss"] if steps else "-")' "$dir/metrics.jsonl" 2> /dev/null)
     smi=$(sort -n "$OUT/$1.smi" 2>/dev/null | tail -1)
     eff=-
-    [ -n "$tok" ] && [ -n "$6" ] && eff=$(awk -v t="$tok" -v n="$3" -v b="$6" 'BEGIN{printf "%.1f%%", 100 * t / n / b}')
-    [ -z "$mean" ] && ms=failed tok=- 
+    [ -n "$tok" ] && [ "$tok" != - ] && [ -n "$6" ] &&
+        eff=$(awk -v t="$tok" -v n="$3" -v b="$6" 'BEGIN{printf "%.1f%%", 100 * t / n / b}')
+    [ -z "$ms" ] && ms=failed tok=-
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" "$ms" "$tok" "$eff" "${mem:--}" \
         "${smi:--}" "${loss:--}" >> "$TABLE"
     echo "$tok"

@@ -54,19 +54,18 @@ import json, re, sys
 out, steps = sys.argv[1], int(sys.argv[2])
 rows = {}
 for st in ("fp32", "bf16"):
-    val, train = {}, {}
+    val, train, summary = {}, {}, {}
     for line in open(f"{out}/{st}/metrics.jsonl"):
         r = json.loads(line)
         if r.get("type") == "val":
             val[r["step"]] = r["val_loss"]
         elif r.get("type") == "step":
             train[r["step"]] = r["loss"]
+        elif r.get("type") == "summary":  # the run's figures (docs/formats.md#metrics-file)
+            summary = r
     log = open(f"{out}/{st}.log").read()
-    mean = re.search(r"mean over steps [^:]*: ([0-9.]+) ms/step, ([0-9]+) tok/s", log)
-    joules = re.search(r"([0-9.]+) J/step", log)
-    peak = re.search(r"used at peak.*?\): ([0-9]+) MiB", log)
-    moments = re.search(r"AdamW moments ([0-9]+) MiB", log)
-    rows[st] = (val, train, mean, joules, peak, moments)
+    moments = re.search(r"AdamW moments ([0-9]+) MiB", log)  # the start-of-run breakdown only
+    rows[st] = (val, train, summary, moments)
 common = sorted(set(rows["fp32"][0]) & set(rows["bf16"][0]))
 gap = max(abs(rows["fp32"][0][s] - rows["bf16"][0][s]) for s in common)
 last = 50
@@ -75,10 +74,13 @@ print(f"d12 B=16 T=1024, {steps} steps, same init and data; val every 50 steps (
 print(f"{'moments':8} {'final val':>10} {'train, last {0}'.format(last):>15} {'ms/step':>8} {'tokens/s':>9} "
       f"{'J/step':>7} {'moments MiB':>11} {'peak MiB':>9}")
 for st in ("fp32", "bf16"):
-    val, train, mean, joules, peak, moments = rows[st]
-    print(f"{st:8} {val[max(val)]:10.4f} {tail[st]:15.4f} {mean.group(1) if mean else '-':>8} "
-          f"{mean.group(2) if mean else '-':>9} {joules.group(1) if joules else '-':>7} "
-          f"{moments.group(1) if moments else '-':>11} {peak.group(1) if peak else '-':>9}")
+    val, train, summary, moments = rows[st]
+    def fig(name, fmt):
+        v = summary.get(name)
+        return "-" if v is None else format(v, fmt)
+    print(f"{st:8} {val[max(val)]:10.4f} {tail[st]:15.4f} {fig('ms_per_step', '.1f'):>8} "
+          f"{fig('tokens_per_s', '.0f'):>9} {fig('joules_per_step', '.1f'):>7} "
+          f"{moments.group(1) if moments else '-':>11} {fig('device_peak_mib', '.0f'):>9}")
 f, b = rows["fp32"][0][max(common)], rows["bf16"][0][max(common)]
 print(f"final val loss: bf16 - fp32 = {b - f:+.4f} ({100 * (b - f) / f:+.2f}%); largest gap over the "
       f"{len(common)} evaluations {gap:.4f}")
