@@ -891,8 +891,26 @@ static inline int gpt2_hf__int(const JsonValue *conf, const char *key, const cha
     return (int)v->u;
 }
 
+// Whether v is the JSON string s, all of it: a C comparison would stop at a NUL that
+// "\u0000" put inside, and take "gpt2\u0000x" for "gpt2".
+static inline int gpt2_hf__is(const JsonValue *v, const char *s) {
+    return v && v->type == JSON_STRING && v->len == strlen(s) && !memcmp(v->str, s, v->len);
+}
+
+// A string of config.json for a message: its text, or why it has none to show.
+static inline const char *gpt2_hf__shown(const JsonValue *v) {
+    if (v->type != JSON_STRING) return "(not a string)";
+    return strlen(v->str) == v->len ? v->str : "(a string holding a NUL character)";
+}
+
+// The most parameters an import takes: 2^34 (64 GiB of fp32), ten times GPT-2 1.5B and
+// more. The weights must match the config anyway; this refuses a config that asks for an
+// absurd model before anything of its size is attempted.
+#define GPT2_HF_MAX_PARAMS ((uint64_t)1 << 34)
+
 // Reads dir/config.json into cfg (Vp = V rounded up to a multiple of 128), refusing what
 // our model cannot represent. Absent optional keys take transformers' GPT-2 defaults.
+// Every size is bounded here, before anything sized by the config is allocated.
 static inline void gpt2_hf_read_config(const char *dir, GPT2Config *cfg) {
     size_t cap = strlen(dir) + 16;
     char *path = (char *)xmalloc(cap);
@@ -904,25 +922,39 @@ static inline void gpt2_hf_read_config(const char *dir, GPT2Config *cfg) {
     if (c->type != JSON_OBJECT) fatal("%s is not a JSON object", path);
     const JsonValue *v = json_get(c, "model_type");
     if (!v) fatal("%s: key \"model_type\" is missing: only GPT-2 models (\"gpt2\") are read", path);
-    if (v->type != JSON_STRING || strcmp(v->str, "gpt2"))
-        fatal("%s: model_type is %s, not \"gpt2\": only GPT-2 models are read", path,
-              v->type == JSON_STRING ? v->str : "not a string");
+    if (!gpt2_hf__is(v, "gpt2"))
+        fatal("%s: model_type is %s, not \"gpt2\": only GPT-2 models are read", path, gpt2_hf__shown(v));
+    const char *pos_key = json_get(c, "n_positions") ? "n_positions" : "n_ctx";
     cfg->vocab_size = gpt2_hf__int(c, "vocab_size", path);
-    cfg->max_seq_len = gpt2_hf__int(c, json_get(c, "n_positions") ? "n_positions" : "n_ctx", path);
+    cfg->max_seq_len = gpt2_hf__int(c, pos_key, path);
     cfg->channels = gpt2_hf__int(c, "n_embd", path);
     cfg->num_layers = gpt2_hf__int(c, "n_layer", path);
     cfg->num_heads = gpt2_hf__int(c, "n_head", path);
-    if (cfg->vocab_size > (1 << 24)) fatal("%s: vocab_size %d is out of range", path, cfg->vocab_size);
+    // gpt2_config_problem's bounds, named as config.json names them
+    const struct { const char *key; int value, max; } bounds[] = {
+        {"vocab_size", cfg->vocab_size, 1 << 24}, {pos_key, cfg->max_seq_len, 1 << 20},
+        {"n_embd", cfg->channels, 65536}, {"n_layer", cfg->num_layers, 1024}};
+    for (int i = 0; i < 4; i++)
+        if (bounds[i].value > bounds[i].max)
+            fatal("%s: %s %d is out of range: at most %d", path, bounds[i].key, bounds[i].value, bounds[i].max);
+    if (cfg->channels % cfg->num_heads)
+        fatal("%s: n_embd %d is not divisible by n_head %d", path, cfg->channels, cfg->num_heads);
     cfg->padded_vocab_size = round_up_128(cfg->vocab_size);
     const char *problem = gpt2_config_problem(cfg);
     if (problem) fatal("%s: %s", path, problem);
+    // within those bounds the count stays below 2^47: it cannot wrap
+    uint64_t total = (uint64_t)gpt2_num_params(cfg);
+    if (total > GPT2_HF_MAX_PARAMS)
+        fatal("%s: n_layer %d and n_embd %d (with vocab_size %d, %s %d) make a GPT-2 of %llu parameters, "
+              "more than the %llu an import takes", path, cfg->num_layers, cfg->channels, cfg->vocab_size, pos_key,
+              cfg->max_seq_len, (unsigned long long)total, (unsigned long long)GPT2_HF_MAX_PARAMS);
     v = json_get(c, "n_inner");
     if (v && v->type != JSON_NULL && !(v->type == JSON_NUMBER && v->is_uint && v->u == 4 * (uint64_t)cfg->channels))
         fatal("%s: n_inner must be null or 4 * n_embd = %d: our MLP is 4C wide", path, 4 * cfg->channels);
     v = json_get(c, "activation_function");
-    if (v && (v->type != JSON_STRING || (strcmp(v->str, "gelu_new") && strcmp(v->str, "gelu_pytorch_tanh"))))
+    if (v && !gpt2_hf__is(v, "gelu_new") && !gpt2_hf__is(v, "gelu_pytorch_tanh"))
         fatal("%s: activation_function %s is not supported: our MLP uses the tanh GELU (gelu_new)", path,
-              v->type == JSON_STRING ? v->str : "(not a string)");
+              gpt2_hf__shown(v));
     v = json_get(c, "layer_norm_epsilon");
     if (v && (v->type != JSON_NUMBER || fabs(v->num - 1e-5) > 1e-12))
         fatal("%s: layer_norm_epsilon must be 1e-5, the value our layernorm uses", path);
@@ -938,89 +970,140 @@ static inline void gpt2_hf_read_config(const char *dir, GPT2Config *cfg) {
     free(path);
 }
 
+// The layer of a per-layer name "h.<i>.<rest>" (the "transformer." prefix removed), with
+// *rest after the index's dot; -1 for a name of another form. The index must be spelled
+// as transformers spells it (decimal, no sign, no leading zero): one layer, one name.
+static inline long gpt2_hf__layer(const char *bare, const char **rest) {
+    if (strncmp(bare, "h.", 2) != 0) return -1;
+    const char *p = bare + 2;
+    long i = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (digits == 9) return -1;  // past any layer count, and short of overflow
+        i = i * 10 + (*p - '0');
+    }
+    if (!digits || *p != '.' || (digits > 1 && bare[2] == '0')) return -1;
+    *rest = p + 1;
+    return i;
+}
+
+// What a name (the prefix removed) is to a GPT-2 of L layers: 1 one of its parameters,
+// 2 a causal-mask buffer of one of its layers (transformers recomputes those), 0 neither.
+// *layer is the layer the name gives, or -1.
+static inline int gpt2_hf__kind(const char *bare, int L, long *layer) {
+    static const char *const top[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    static const char *const buffers[] = {"attn.bias", "attn.masked_bias"};
+    const char *rest = NULL;
+    *layer = gpt2_hf__layer(bare, &rest);
+    if (*layer < 0) {
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(bare, top[k])) return 1;
+        return 0;
+    }
+    if (*layer >= L) return 0;
+    for (int k = 0; k < 12; k++)
+        if (!strcmp(rest, GPT2_HF_LAYER[k].suffix)) return 1;
+    for (int k = 0; k < 2; k++)
+        if (!strcmp(rest, buffers[k])) return 2;
+    return 0;
+}
+
+// Stops naming the file, the tensor, its shape and the expected one unless they agree.
+static inline void gpt2_hf__check_shape(const StFile *f, const StTensor *t, int ndim, const uint64_t *want) {
+    int ok = t->ndim == ndim;
+    for (int k = 0; ok && k < ndim; k++) ok = t->shape[k] == want[k];
+    if (ok) return;
+    char got[ST_MAX_DIMS * 24] = "", expected[2 * 24] = "";
+    for (int k = 0; k < t->ndim; k++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", k ? ", " : "", (unsigned long long)t->shape[k]);
+    for (int k = 0; k < ndim; k++)
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected), "%s%llu", k ? ", " : "",
+                 (unsigned long long)want[k]);
+    fatal("%s: tensor %s has shape [%s], expected [%s] from config.json", f->path, t->name, got, expected);
+}
+
 // Reads a Hugging Face GPT-2 directory (config.json, model.safetensors or its shards;
 // names with or without the "transformer." prefix) into our layout: wte padded with zero
 // rows to Vp, Conv1D weights transposed back. *all_bf16 (if not NULL) says whether every
 // tensor was stored BF16, i.e. whether a bf16 checkpoint holds it exactly.
+// Every tensor's name and shape is checked against the config before the parameters are
+// allocated: a config.json that does not describe its weights (n_layer 300 over a small
+// model's file) is refused for what it is, not by an allocation of its imagined size.
 static inline float *gpt2_hf_read_dir(const char *dir, GPT2Config *cfg, int *all_bf16) {
     gpt2_hf_read_config(dir, cfg);
     StSet set;
     st_set_open(&set, dir);
     Gpt2HfEntry *e;
-    size_t n = gpt2_hf_entries(cfg, "", &e);
-    float *params = (float *)xcalloc(gpt2_num_params(cfg), sizeof(float));
-    size_t most = 0;
-    for (size_t i = 0; i < n; i++)
-        if (e[i].rows * e[i].cols > most) most = e[i].rows * e[i].cols;
-    float *buf = (float *)xmalloc(most * sizeof(float));
-    int bf16 = 1;
+    size_t n = gpt2_hf_entries(cfg, "", &e);  // 4 + 12 L entries, L bounded by the config check
+    const StTensor **src = (const StTensor **)xcalloc(n, sizeof *src);
+    StFile **src_file = (StFile **)xcalloc(n, sizeof *src_file);
     char full[128];
     for (size_t i = 0; i < n; i++) {
-        StFile *f = NULL;
         snprintf(full, sizeof full, "transformer.%s", e[i].name);
-        StFile *fb = NULL;
+        StFile *f = NULL, *fb = NULL;
         const StTensor *t = st_set_find(&set, full, &f), *bare = st_set_find(&set, e[i].name, &fb);
         if (t && bare) fatal("%s: both %s and %s are present: which one is meant?", set.label, full, e[i].name);
         if (!t) { t = bare; f = fb; }
         if (!t)
             fatal("%s: tensor %s is missing (nor is it there without the \"transformer.\" prefix)", set.label, full);
-        int shape_ok = t->ndim == e[i].ndim;
-        for (int k = 0; shape_ok && k < t->ndim; k++) shape_ok = t->shape[k] == e[i].shape[k];
-        if (!shape_ok) {
-            char got[128] = "", want[64];
-            for (int k = 0; k < t->ndim; k++)
-                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", k ? ", " : "",
-                         (unsigned long long)t->shape[k]);
-            if (e[i].ndim == 2) snprintf(want, sizeof want, "%llu, %llu", (unsigned long long)e[i].shape[0],
-                                         (unsigned long long)e[i].shape[1]);
-            else snprintf(want, sizeof want, "%llu", (unsigned long long)e[i].shape[0]);
-            fatal("%s: tensor %s has shape [%s], expected [%s] from config.json", f->path, t->name, got, want);
-        }
-        if (t->dtype != ST_BF16) bf16 = 0;
-        float *dst = params + e[i].src;
-        if (!e[i].transpose) {
-            st_read_f32(f, t, dst);
-        } else {
-            st_read_f32(f, t, buf);
-            size_t R = e[i].rows, K = e[i].cols;
-            for (size_t r = 0; r < R; r++)
-                for (size_t k = 0; k < K; k++) dst[r * K + k] = buf[k * R + r];
-        }
+        gpt2_hf__check_shape(f, t, e[i].ndim, e[i].shape);
+        src[i] = t;
+        src_file[i] = f;
     }
     // everything else must be a buffer transformers recomputes, or lm_head equal to wte
+    const StTensor *lm = NULL;
+    StFile *lm_file = NULL;
+    size_t V = (size_t)cfg->vocab_size, C = (size_t)cfg->channels;
     for (size_t fi = 0; fi < set.n; fi++) {
         StFile *f = &set.files[fi];
         for (size_t i = 0; i < f->n; i++) {
             const char *name = f->tensors[i].name, *bare = name;
             if (!strncmp(bare, "transformer.", 12)) bare += 12;
-            size_t bl = strlen(bare);
-            int known = 0;
-            for (size_t k = 0; k < n && !known; k++) known = !strcmp(e[k].name, bare);
-            if (known) continue;
-            static const char *const buffers[] = {".attn.bias", ".attn.masked_bias"};
-            for (int k = 0; k < 2 && !known; k++) {
-                size_t sl = strlen(buffers[k]);
-                known = !strncmp(bare, "h.", 2) && bl > sl && !strcmp(bare + bl - sl, buffers[k]);
-            }
-            if (known) continue;
+            long layer;
+            if (gpt2_hf__kind(bare, cfg->num_layers, &layer)) continue;
             if (!strcmp(name, "lm_head.weight")) {
-                const StTensor *t = &f->tensors[i];
-                size_t C = (size_t)cfg->channels, V = (size_t)cfg->vocab_size;
-                if (t->ndim != 2 || t->shape[0] != V || t->shape[1] != C)
-                    fatal("%s: lm_head.weight has a shape other than wte's (%zu, %zu)", f->path, V, C);
-                float *lm = (float *)xmalloc(V * C * sizeof(float));
-                st_read_f32(f, t, lm);
-                if (memcmp(lm, params, V * C * sizeof(float)) != 0)
-                    fatal("%s: lm_head.weight differs from wte: our model ties them, so it cannot hold this one",
-                          f->path);
-                free(lm);
+                const uint64_t want[2] = {V, C};
+                gpt2_hf__check_shape(f, &f->tensors[i], 2, want);
+                lm = &f->tensors[i];
+                lm_file = f;
                 continue;
             }
-            fatal("%s: tensor %s is not part of a GPT-2 with config.json's shape (L=%d)", f->path, name,
+            if (layer >= cfg->num_layers)
+                fatal("%s: tensor %s is not part of a GPT-2 with config.json's shape: layer %ld, and n_layer is %d",
+                      f->path, name, layer, cfg->num_layers);
+            fatal("%s: tensor %s is not part of a GPT-2 with config.json's shape (n_layer %d)", f->path, name,
                   cfg->num_layers);
         }
     }
+    float *params = (float *)xcalloc(gpt2_num_params(cfg), sizeof(float));
+    size_t most = 0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].transpose && e[i].rows * e[i].cols > most) most = e[i].rows * e[i].cols;
+    float *buf = (float *)xmalloc(most * sizeof(float));
+    int bf16 = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (src[i]->dtype != ST_BF16) bf16 = 0;
+        float *dst = params + e[i].src;
+        if (!e[i].transpose) {
+            st_read_f32(src_file[i], src[i], dst);
+        } else {
+            st_read_f32(src_file[i], src[i], buf);
+            size_t R = e[i].rows, K = e[i].cols;
+            for (size_t r = 0; r < R; r++)
+                for (size_t k = 0; k < K; k++) dst[r * K + k] = buf[k * R + r];
+        }
+    }
+    if (lm) {
+        float *x = (float *)xmalloc(V * C * sizeof(float));
+        st_read_f32(lm_file, lm, x);
+        if (memcmp(x, params, V * C * sizeof(float)) != 0)
+            fatal("%s: lm_head.weight differs from wte: our model ties them, so it cannot hold this one",
+                  lm_file->path);
+        free(x);
+    }
     free(buf);
+    free(src);
+    free(src_file);
     free(e);
     check_params_finite(set.label, cfg, params);
     st_set_close(&set);

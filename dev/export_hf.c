@@ -242,15 +242,63 @@ static void export_checkpoint(const char *ckpt, const char *out_arg, const char 
     free(params);
 }
 
+// The temporary file of an import (OUT.bin.tmp, util.h's atomic_open), removed if the
+// program stops before it is renamed into place.
+static char *g_tmp_file;
+
+static void remove_tmp_file(void) {
+    if (g_tmp_file) unlink(g_tmp_file);
+    free(g_tmp_file);
+    g_tmp_file = NULL;
+}
+
+// What would make the checkpoint's write fail after the whole conversion, refused before
+// it: OUT must be a path that a file can be renamed to, in a directory that exists.
+static void check_import_out(const char *dir, const char *out) {
+    struct stat st, in;
+    size_t ol = strlen(out);
+    if (!ol || out[ol - 1] == '/') fatal("%s: the checkpoint to write needs a file name, not a directory", out);
+    if (stat(out, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            if (stat(dir, &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
+                fatal("--import %s %s: the checkpoint to write is the directory being imported; name a file "
+                      "(e.g. model.bin)", dir, out);
+            fatal("%s is a directory: the checkpoint to write needs a file name (e.g. %s/model.bin)", out, out);
+        }
+        if (!S_ISREG(st.st_mode)) fatal("%s exists and is not a regular file: it cannot be replaced by a checkpoint", out);
+    } else if (errno != ENOENT) {
+        fatal("cannot check %s: %s", out, strerror(errno));
+    }
+    char *parent = xstrdup(out);
+    char *slash = strrchr(parent, '/');
+    if (slash == parent) slash[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(parent, ol + 1, ".");
+    if (!st_is_dir(parent)) fatal("%s: directory %s does not exist", out, parent);
+    if (access(parent, W_OK | X_OK) != 0) fatal("%s: cannot write into %s: %s", out, parent, strerror(errno));
+    free(parent);
+    char *tmp = (char *)xmalloc(ol + 8);
+    snprintf(tmp, ol + 8, "%s.tmp", out);
+    if (st_is_dir(tmp)) fatal("%s is a directory: the temporary file of %s cannot be written", tmp, out);
+    free(tmp);
+}
+
 static void import_dir(const char *dir, const char *out, const char *dtype) {
     if (!st_is_dir(dir)) fatal("--import %s: not a directory (a Hugging Face model directory is expected)", dir);
+    check_import_out(dir, out);
     GPT2Config cfg;
     int all_bf16;
     float *params = gpt2_hf_read_dir(dir, &cfg, &all_bf16);
     int as_bf16 = dtype ? !strcmp(dtype, "bf16") : all_bf16;
     if (as_bf16 && !all_bf16)
         fprintf(stderr, "note: weights that are not all BF16 are rounded to bf16 (--dtype fp32 keeps them exactly)\n");
+    size_t tl = strlen(out) + 8;
+    g_tmp_file = (char *)xmalloc(tl);
+    snprintf(g_tmp_file, tl, "%s.tmp", out);
+    atexit(remove_tmp_file);
     gpt2_checkpoint_write(out, &cfg, params, as_bf16);
+    free(g_tmp_file);
+    g_tmp_file = NULL;
     printf("wrote %s: GPT-2 L=%d H=%d C=%d maxT=%d V=%d (padded to %d), %s\n", out, cfg.num_layers, cfg.num_heads,
            cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, as_bf16 ? "bf16" : "fp32");
     free(params);

@@ -8,11 +8,19 @@
 // NAME_train_000000.bin, NAME_train_000001.bin, ... of --shard-tokens tokens each (at least
 // 1,048,576, unless --allow-small-shards 1: smaller shards are a mistake outside tests).
 //
+// Refused, with nothing left in --out-dir (no shard renamed into place, no temporary, no
+// directory it created): an input without text (no tokens but end-of-text ones), and a
+// split in which the val shard (when there is one) or the train part holds fewer than 2
+// tokens, the fewest the loader can make a batch of. --val-fraction's split is checked
+// before anything is written; --val-tokens' once the input is read, the val shard waiting
+// as a temporary until 2 train tokens follow it.
+//
 // Formats:
 //   text   the whole file is one document (--text-docs whole), or it is cut into
-//          documents after every "\n\n" (--text-docs blank-lines, the llm.c Tiny
+//          documents after every blank line (--text-docs blank-lines, the llm.c Tiny
 //          Shakespeare convention: each section keeps its trailing "\n\n" and an empty
-//          final section still gets its end-of-text token).
+//          final section still gets its end-of-text token). A line of spaces, tabs and
+//          '\r' is blank too, so a CRLF file splits as its LF twin does.
 //   jsonl  one JSON object per line with a string field "text"; blank lines are skipped.
 //
 // Threads: the input is read in batches of about 32 MB. Documents longer than
@@ -45,6 +53,9 @@
 // Smaller train shards than one batch of a plausible run (B=16, T=1024 is 16,384 tokens a
 // step per GPU; a shard then holds 64 steps) only make many files, each one fsynced.
 #define MIN_SHARD_TOKENS (1 << 20)
+// The fewest tokens a shard can train or evaluate on: the loader takes B*T*ranks+1 tokens
+// of one shard for a batch, 2 at B = T = 1 (one input and its target).
+#define MIN_SPLIT_TOKENS 2
 
 // ---------------------------------------------------------------------------------------
 // growable byte buffer
@@ -76,11 +87,23 @@ static void bytes_append(Bytes *b, const uint8_t *src, size_t n) {
 // ---------------------------------------------------------------------------------------
 // token sink: routes the token stream into the val shard and the train shards
 
+// A shard written in full, waiting to be renamed into place.
+typedef struct {
+    AtomicFile af;  // af.f closed
+    int64_t ntok;
+} DoneShard;
+
 typedef struct {
     const char *out_dir, *name;
     int64_t val_target;   // tokens for the val shard (0 = none)
     int64_t shard_tokens; // tokens per train shard
     int64_t total;        // tokens routed so far
+    // Whether the input is known to give a usable split (see the top). Until it is,
+    // complete shards wait in done[] as temporaries (the val shard, and a first train
+    // shard of one token), so that a refused input leaves nothing behind.
+    int ready;
+    DoneShard done[3];
+    int ndone;
     // the shard being written
     int open, is_val, train_index;
     AtomicFile af;
@@ -123,12 +146,33 @@ static void sink_open(Sink *s, int is_val) {
     s->open = 1;
 }
 
+// Renames the complete shards into place, oldest first (util.h's atomic_commit, whose
+// flush and sync sink_close did).
+static void sink_publish(Sink *s) {
+    while (s->ndone > 0) {
+        DoneShard *d = &s->done[0];
+        if (rename(d->af.tmp_path, d->af.path) != 0)
+            fatal("cannot rename %s to %s: %s", d->af.tmp_path, d->af.path, strerror(errno));
+        printf("  wrote %s: %lld tokens\n", d->af.path, (long long)d->ntok);
+        free(d->af.path);
+        free(d->af.tmp_path);
+        memmove(&s->done[0], &s->done[1], (size_t)(--s->ndone) * sizeof(DoneShard));
+    }
+}
+
 static void sink_close(Sink *s) {
     if (!s->open) return;
     sink_flush(s);
     if (fseeko(s->af.f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", s->af.tmp_path, strerror(errno));
     sink_write_header(s, s->in_shard);
-    atomic_commit(&s->af);
+    if (fflush(s->af.f) != 0) fatal("error writing %s: %s", s->af.tmp_path, strerror(errno));
+    if (fsync(fileno(s->af.f)) != 0) fatal("error syncing %s: %s", s->af.tmp_path, strerror(errno));
+    if (s->ndone == (int)(sizeof s->done / sizeof s->done[0])) fatal("internal: too many shards waiting to be renamed");
+    DoneShard *d = &s->done[s->ndone++];
+    d->af = s->af;
+    d->ntok = s->in_shard;
+    s->open = 0;
+    xfclose(d->af.f, d->af.tmp_path);
     if (s->is_val) {
         s->val_written = s->in_shard;
     } else {
@@ -137,8 +181,7 @@ static void sink_close(Sink *s) {
         s->last_train_tokens = s->in_shard;
         s->train_index++;
     }
-    printf("  wrote %s: %lld tokens\n", s->path, (long long)s->in_shard);
-    s->open = 0;
+    if (s->ready) sink_publish(s);
 }
 
 static void sink_emit(Sink *s, const uint32_t *toks, size_t n) {
@@ -195,6 +238,7 @@ typedef struct {
     Tokenizer tok;
     size_t chunk_bytes; // 0 = never cut a document
     int64_t docs;
+    int64_t text_tokens; // tokens of the documents' text, the end-of-text tokens not counted
     int64_t bytes_in;   // input bytes consumed (for progress)
     double t0, last_progress;
     int progress_tty;
@@ -216,7 +260,12 @@ static void emit(Prepro *pp, const uint32_t *toks, size_t n) {
         memcpy(pp->all + pp->all_len, toks, n * sizeof(uint32_t));
         pp->all_len += n;
     } else {
-        sink_emit(&pp->sink, toks, n);
+        Sink *s = &pp->sink;
+        sink_emit(s, toks, n);
+        if (!s->ready && pp->text_tokens > 0 && s->total - s->val_target >= MIN_SPLIT_TOKENS) {
+            s->ready = 1;
+            sink_publish(s);
+        }
     }
 }
 
@@ -290,6 +339,7 @@ static void process_batch(Prepro *pp, Batch *b) {
         size_t prev = 0;
         for (size_t i = item_start[it]; i < item_start[it + 1]; i++) {
             if (pieces[i].eot) { emit(pp, &eot_tok, 1); pp->docs++; }
+            pp->text_tokens += (int64_t)(piece_end[i] - prev);
             emit(pp, out[it].data + prev, piece_end[i] - prev);
             prev = piece_end[i];
         }
@@ -327,20 +377,24 @@ static void read_text(Prepro *pp, int blank_line_docs) {
         pp->bytes_in += (int64_t)got;
         int eof = got < BATCH_BYTES;
         const uint8_t *t = buf->data;
-        // document boundaries: after every "\n\n", scanning left to right without overlap
+        // document boundaries: after every blank line, scanning left to right without
+        // overlap. A line of spaces, tabs or '\r' is blank too, so that Windows' "\r\n\r\n"
+        // (or "\r\n\n") separates documents as "\n\n" does.
         nb = 0;
         if (blank_line_docs) {
-            for (size_t i = 0; i + 1 < buf->len;) {
-                if (t[i] == '\n' && t[i + 1] == '\n') {
+            for (size_t i = 0; i < buf->len;) {
+                if (t[i] != '\n') { i++; continue; }
+                size_t j = i + 1;
+                while (j < buf->len && (t[j] == ' ' || t[j] == '\t' || t[j] == '\r')) j++;
+                if (j < buf->len && t[j] == '\n') {
                     if (nb == bcap) {
                         bcap = bcap ? 2 * bcap : 1024;
                         bounds = (size_t *)xrealloc(bounds, bcap * sizeof(size_t));
                     }
-                    bounds[nb++] = i + 2;
-                    i += 2;
-                } else {
-                    i++;
+                    bounds[nb++] = j + 1;
+                    j++;
                 }
+                i = j;
             }
         }
         size_t cut;
@@ -648,18 +702,57 @@ static void read_jsonl(Prepro *pp) {
 
 // ---------------------------------------------------------------------------------------
 
+// What a refused or failed run takes back: its temporary shards, and the directories it
+// created for them (each removed only if empty). g_run is NULL once the run succeeded.
+static Prepro *g_run;
+static char *g_made_dirs[64];
+static int g_nmade;
+
+static void remove_partial_outputs(void) {
+    if (!g_run) return;
+    Sink *s = &g_run->sink;
+    if (s->open) {
+        fclose(s->af.f);
+        remove(s->af.tmp_path);
+    }
+    for (int i = 0; i < s->ndone; i++) remove(s->done[i].af.tmp_path);
+    while (g_nmade > 0) rmdir(g_made_dirs[--g_nmade]);
+}
+
+static void make_dir(const char *p) {
+    if (mkdir(p, 0755) == 0) {
+        if (g_nmade < (int)(sizeof g_made_dirs / sizeof g_made_dirs[0])) g_made_dirs[g_nmade++] = xstrdup(p);
+    } else if (errno != EEXIST) {
+        fatal("cannot create directory %s: %s", p, strerror(errno));
+    }
+}
+
 static void mkdir_p(const char *dir) {
     char *p = xstrdup(dir);
     for (char *s = p + 1; *s; s++) {
         if (*s != '/') continue;
         *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("cannot create directory %s: %s", p, strerror(errno));
+        make_dir(p);
         *s = '/';
     }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("cannot create directory %s: %s", p, strerror(errno));
+    make_dir(p);
     struct stat st;
     if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--out-dir %s is not a directory", p);
     free(p);
+}
+
+// Stops unless the split of total tokens gives both parts what the loader needs, before
+// anything is renamed into place (MIN_SPLIT_TOKENS).
+static void check_split(const char *input, int64_t total, int64_t val, float val_fraction) {
+    if (val_fraction > 0.0f && val < MIN_SPLIT_TOKENS)
+        fatal("--val-fraction %g of the %lld tokens of %s gives a val shard of %lld tokens; it needs at least "
+              "%d (one input and its target): raise --val-fraction, or give 0 for no val shard", (double)val_fraction,
+              (long long)total, input, (long long)val, MIN_SPLIT_TOKENS);
+    int64_t train = total > val ? total - val : 0;
+    if (train < MIN_SPLIT_TOKENS)
+        fatal("%s has only %lld tokens: after the %lld of the val shard %lld are left for training, and training "
+              "needs at least %d (one input and its target): lower --val-tokens or --val-fraction; no shard written",
+              input, (long long)total, (long long)val, (long long)train, MIN_SPLIT_TOKENS);
 }
 
 int main(int argc, char **argv) {
@@ -671,8 +764,8 @@ int main(int argc, char **argv) {
         {NULL, "--input", ARG_STRING, &input, "input file, or - for standard input (required)"},
         {NULL, "--format", ARG_STRING, &format, "text or jsonl (one JSON object with a \"text\" string per line)"},
         {NULL, "--text-docs", ARG_STRING, &text_docs,
-         "text format: whole (the file is one document) or blank-lines (a new document after every "
-         "\"\\n\\n\", as llm.c's Tiny Shakespeare)"},
+         "text format: whole (the file is one document) or blank-lines (a new document after every blank "
+         "line, as llm.c's Tiny Shakespeare; a line of spaces, tabs or \\r is blank too)"},
         {NULL, "--out-dir", ARG_STRING, &out_dir, "output directory, created if missing (required)"},
         {NULL, "--name", ARG_STRING, &name,
          "shard name prefix: NAME_val_000000.bin, NAME_train_000000.bin, ... (required)"},
@@ -717,6 +810,9 @@ int main(int argc, char **argv) {
         fatal("--val-fraction must be in [0, 1), not %g", (double)val_fraction);
     if (val_tokens >= 0 && use_fraction) fatal("give --val-tokens or --val-fraction, not both");
     if (val_tokens < -1) fatal("--val-tokens must be >= 0, not %d", val_tokens);
+    if (val_tokens > 0 && val_tokens < MIN_SPLIT_TOKENS)
+        fatal("--val-tokens %d: a val shard needs at least %d tokens (one input and its target); 0 = no val shard",
+              val_tokens, MIN_SPLIT_TOKENS);
     if (shard_tokens <= 0) fatal("--shard-tokens must be positive, not %d", shard_tokens);
     if (shard_tokens < MIN_SHARD_TOKENS && !small_shards)
         fatal("--shard-tokens %d is below %d and makes many small files, each synced to disk on its own "
@@ -730,6 +826,8 @@ int main(int argc, char **argv) {
         if (stat(input, &st) != 0) fatal("cannot open --input %s: %s", input, strerror(errno));
         if (S_ISDIR(st.st_mode)) fatal("--input %s is a directory, not a file", input);
         if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) fatal("--input %s is not a regular file or a pipe", input);
+        if (S_ISREG(st.st_mode) && st.st_size == 0)
+            fatal("--input %s is empty: no documents to tokenize, no shard written", input);
     }
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
@@ -746,6 +844,9 @@ int main(int argc, char **argv) {
     pp->progress_tty = isatty(2);
     pp->keep_all = use_fraction;
     tokenizer_init(&pp->tok, tok_dir);
+    g_run = pp;
+    static int cleanup_registered = 0;
+    if (!cleanup_registered++) atexit(remove_partial_outputs);
     mkdir_p(out_dir);
     Sink *s = &pp->sink;
     s->out_dir = out_dir;
@@ -759,23 +860,30 @@ int main(int argc, char **argv) {
     else read_text(pp, blank_line_docs);
     progress(pp, 1);
 
+    // only end-of-text tokens: an empty input, or documents without text
+    const char *shown = strcmp(input, "-") ? input : "standard input";
+    if (pp->text_tokens == 0)
+        fatal("%s holds no text to tokenize (%lld bytes, %lld document%s, none with a token): no shard written",
+              shown, (long long)pp->bytes_in, (long long)pp->docs, pp->docs == 1 ? "" : "s");
     if (use_fraction) {
         double v = (double)val_fraction * (double)pp->all_len + 0.5;
         s->val_target = (int64_t)v;
+        check_split(shown, (int64_t)pp->all_len, s->val_target, val_fraction);
+        s->ready = 1;
         pp->keep_all = 0;
         for (size_t i = 0; i < pp->all_len; i += WRITE_TOKENS) {
             size_t n = pp->all_len - i < WRITE_TOKENS ? pp->all_len - i : WRITE_TOKENS;
             sink_emit(s, pp->all + i, n);
         }
         free(pp->all);
+    } else {
+        check_split(shown, s->total, s->val_target, val_fraction);
     }
-    if (s->total <= s->val_target) {
-        if (s->open) { fclose(s->af.f); remove(s->af.tmp_path); } // not committed
-        fatal("%s has only %lld tokens, not more than the %lld val tokens: no train tokens "
-              "would be left (lower --val-tokens or --val-fraction)", input, (long long)s->total,
-              (long long)s->val_target);
-    }
+    s->ready = 1;
     sink_close(s);
+    sink_publish(s); // shards closed before the split was known to be good
+    g_run = NULL;
+    while (g_nmade > 0) free(g_made_dirs[--g_nmade]);
     // remove shards of an earlier, larger run that the glob NAME_train_*.bin would pick up
     char path[4096];
     for (int k = s->train_index;; k++) {

@@ -2,14 +2,18 @@
 // JSON parser (escapes, numbers, limits), the safetensors reader's refusals (each with
 // exit status 1 and a message naming the file and the problem), write/read round trips,
 // the GPT-2 mapping to transformers' names and back (bit-exact), the import's refusals of
-// configs and weights our model cannot hold, and a short mutation run in which no mutant
-// may crash the reader. The end-to-end checks (transformers, PyTorch logits, the CLI) are
-// in dev/test/test_export_hf.py.
-//   make build/san/test_export_hf && build/san/test_export_hf
+// configs and weights our model cannot hold, build/export_hf --import's checks of its
+// output and of a config that does not describe its weights (the program run as it is
+// built, under resource limits), and a short mutation run in which no mutant may crash the
+// reader. The end-to-end checks (transformers, PyTorch logits, the rest of the command
+// line) are in dev/test/test_export_hf.py.
+//   make build/export_hf build/san/test_export_hf && build/san/test_export_hf
 #include "testutil.h"
 #include "../../common/checkpoint.h"
 #include "../../common/rng.h"
 #include "../../common/safetensors.h"
+#include <signal.h>
+#include <sys/resource.h>
 
 // A sanitizer report must abort: its default exit status 1 would read as a clean refusal.
 __attribute__((used)) const char *__asan_default_options(void) {
@@ -474,7 +478,8 @@ static void test_import_variants(void) {
 
 static void test_import_refusals(void) {
     float *p = random_params(&CFG, 4);
-    const char *src = make_hf_dir("refuse", p, 0, "");
+    char src[512];  // tmp_path's buffers are reused after eight calls
+    snprintf(src, sizeof src, "%s", make_hf_dir("refuse", p, 0, ""));
     free(p);
     expect_failure("missing tensor", child_import, edited_dir("r_drop", src, ED_DROP, "transformer.h.1.mlp.c_fc.bias"),
                    "transformer.h.1.mlp.c_fc.bias", "missing", NULL);
@@ -487,6 +492,15 @@ static void test_import_refusals(void) {
                    "differs from wte", NULL);
     expect_failure("name with and without prefix", child_import, edited_dir("r_both", src, ED_BOTH, NULL),
                    "wte.weight", "both", NULL);
+    // the causal-mask buffers are skipped only for the config's layers, spelled as transformers spells them
+    static const char *const stray_buffers[] = {"transformer.h.99.attn.bias", "h.2.attn.masked_bias",
+                                                "transformer.h.foo.attn.bias", "h.01.attn.bias", "h..attn.bias"};
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "r_buffer_%d", i);
+        expect_failure(stray_buffers[i], child_import, edited_dir(name, src, ED_EXTRA, stray_buffers[i]),
+                       stray_buffers[i], "not part of", NULL);
+    }
     static const struct {
         const char *config, *needle;
     } configs[] = {
@@ -509,6 +523,25 @@ static void test_import_refusals(void) {
         {"{\"model_type\": \"gpt2\", \"vocab_size\": 301, \"n_positions\": 16, \"n_embd\": 32, \"n_layer\": 2,"
          " \"n_head\": 4}", "transformer.wte.weight"},
         {"{\"model_type\": \"gpt2\", ", "not valid JSON"},
+        // "\u0000" must not cut a string short: "gpt2\u0000x" is not "gpt2"
+        {"{\"model_type\": \"gpt2\\u0000x\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 32,"
+         " \"n_layer\": 2, \"n_head\": 4}", "model_type is (a string holding a NUL character)"},
+        {"{\"model_type\": \"gpt2\\u0000\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 32,"
+         " \"n_layer\": 2, \"n_head\": 4}", "NUL"},
+        {"{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 32, \"n_layer\": 2,"
+         " \"n_head\": 4, \"activation_function\": \"gelu_new\\u0000\"}", "activation_function"},
+        // each size bounded, named as config.json names it, before anything of that size exists
+        {"{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 32, \"n_layer\": 1025,"
+         " \"n_head\": 4}", "n_layer 1025 is out of range"},
+        {"{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_ctx\": 2000000, \"n_embd\": 32, \"n_layer\": 2,"
+         " \"n_head\": 4}", "n_ctx 2000000 is out of range"},
+        {"{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 65537, \"n_layer\": 2,"
+         " \"n_head\": 1}", "n_embd 65537 is out of range"},
+        {"{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 65536, \"n_layer\": 1024,"
+         " \"n_head\": 1}", "n_layer 1024 and n_embd 65536"},
+        // a config far larger than its weights: the shapes are refused, nothing of the config's size allocated
+        {"{\"model_type\": \"gpt2\", \"vocab_size\": 300, \"n_positions\": 16, \"n_embd\": 2048, \"n_layer\": 300,"
+         " \"n_head\": 4}", "transformer.wte.weight has shape [300, 32], expected [300, 2048]"},
     };
     char path[600];
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
@@ -521,6 +554,88 @@ static void test_import_refusals(void) {
     put_config(empty, &CFG, "");
     expect_failure("no weights", child_import, empty, "neither model.safetensors", NULL, NULL);
     expect_failure("no config", child_import, tmp_path("nonexistent_dir"), "config.json", NULL, NULL);
+}
+
+// ---------------------------------------------------------------------------
+// build/export_hf --import, the program as it is built
+
+#define EXPORT_HF "build/export_hf"
+
+static const char *g_args[8];              // its arguments, NULL-terminated
+static rlim_t g_file_limit, g_mem_limit;   // RLIMIT_FSIZE and RLIMIT_AS of its run; 0: none
+
+static void child_export_hf(const char *unused) {
+    (void)unused;
+    char *argv[10] = {(char *)EXPORT_HF};
+    for (int i = 0; i < 8 && g_args[i]; i++) argv[i + 1] = (char *)g_args[i];
+    int quiet = open("/dev/null", O_WRONLY);  // its progress line would break the table of cases
+    if (quiet >= 0) dup2(quiet, 1);
+    if (g_file_limit) {
+        signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails (EFBIG), as on a full disk
+        struct rlimit r = {g_file_limit, g_file_limit};
+        setrlimit(RLIMIT_FSIZE, &r);
+    }
+    if (g_mem_limit) {
+        struct rlimit r = {g_mem_limit, g_mem_limit};
+        setrlimit(RLIMIT_AS, &r);
+    }
+    execv(EXPORT_HF, argv);
+    fprintf(stderr, "cannot run %s (make build/export_hf): %s\n", EXPORT_HF, strerror(errno));
+    _exit(2);
+}
+
+static void set_args(const char *a, const char *b, const char *c) {
+    memset(g_args, 0, sizeof g_args);
+    g_args[0] = a, g_args[1] = b, g_args[2] = c;
+}
+
+static void test_import_cli(void) {
+    if (!file_exists(EXPORT_HF)) {
+        CHECK(0, "%s is missing (make build/export_hf)", EXPORT_HF);
+        return;
+    }
+    float *p = random_params(&CFG, 6);
+    const char *dir = make_hf_dir("cli", p, 0, "");
+    free(p);
+    char dir_tmp[520], dir_slash[520], out[600], out_tmp[620];
+    snprintf(dir_tmp, sizeof dir_tmp, "%s.tmp", dir);
+    snprintf(dir_slash, sizeof dir_slash, "%s/", dir);
+    // an output that cannot take the checkpoint is refused before the conversion
+    set_args("--import", dir, dir);
+    expect_failure("--import DIR DIR", child_export_hf, NULL, "the directory being imported", NULL, NULL);
+    CHECK(!file_exists(dir_tmp), "--import DIR DIR left %s behind", dir_tmp);
+    set_args("--import", dir, dir_slash);
+    expect_failure("--import DIR DIR/", child_export_hf, NULL, "needs a file name", NULL, NULL);
+    CHECK(!file_exists(dir_tmp), "--import DIR DIR/ left %s behind", dir_tmp);
+    snprintf(out, sizeof out, "%s/no_such_dir/model.bin", g_dir);
+    set_args("--import", dir, out);
+    expect_failure("an output in a missing directory", child_export_hf, NULL, "no_such_dir does not exist", NULL,
+                   NULL);
+    // a write that fails half-way (a full disk) leaves neither the checkpoint nor its temporary
+    snprintf(out, sizeof out, "%s/cli_model.bin", g_dir);
+    snprintf(out_tmp, sizeof out_tmp, "%s.tmp", out);
+    set_args("--import", dir, out);
+    g_file_limit = 64 << 10;
+    expect_failure("a write that fails", child_export_hf, NULL, "write error", "cli_model.bin.tmp", NULL);
+    g_file_limit = 0;
+    CHECK(!file_exists(out) && !file_exists(out_tmp), "a failed write left %s or its temporary", out);
+    char *err;
+    int rc = run_child(child_export_hf, NULL, &err);
+    CHECK(rc == 0 && file_exists(out) && !file_exists(out_tmp), "the import itself: exit %d: %s", rc, err);
+    free(err);
+    // a config.json far larger than its weights (60 GB of parameters) is refused by the
+    // tensors' shapes, under a memory limit that an allocation of the config's size exceeds
+    GPT2Config big = CFG;
+    big.num_layers = 300, big.channels = 2048;
+    put_config(dir, &big, "");
+    snprintf(out, sizeof out, "%s/cli_big.bin", g_dir);
+    set_args("--import", dir, out);
+    g_mem_limit = (rlim_t)1 << 30;
+    expect_failure("config.json of n_layer 300, n_embd 2048 over small weights", child_export_hf, NULL,
+                   "model.safetensors: tensor transformer.wte.weight has shape [300, 32], expected [300, 2048]", NULL,
+                   NULL);
+    g_mem_limit = 0;
+    CHECK(!file_exists(out), "a refused import wrote %s", out);
 }
 
 // ---------------------------------------------------------------------------
@@ -589,6 +704,7 @@ int main(void) {
     run_case("gpt2: fp32 and bf16 round trips, exact", test_mapping_round_trip);
     run_case("gpt2: import of bare names, lm_head, shards", test_import_variants);
     run_case("gpt2: import refusals (config, weights)", test_import_refusals);
+    run_case("export_hf --import: output, cleanup, shapes", test_import_cli);
     run_case("safetensors: 400 mutants, no crash", test_mutants);
     if (!g_failed) remove_tree(g_dir);
     else printf("files kept in %s\n", g_dir);

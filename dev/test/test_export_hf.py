@@ -438,7 +438,9 @@ def t_import_refusals(m):
     edits = [({"model_type": "gpt_neo"}, "model_type"), ({"n_inner": 3 * m.cfg.C}, "n_inner"),
              ({"activation_function": "relu"}, "activation_function"), ({"n_head": None}, "n_head"),
              ({"n_layer": m.cfg.L + 1}, "transformer.h.%d.ln_1.weight" % m.cfg.L),
-             ({"tie_word_embeddings": False}, "tie_word_embeddings")]
+             ({"tie_word_embeddings": False}, "tie_word_embeddings"), ({"model_type": "gpt2\u0000"}, "NUL"),
+             ({"n_layer": 300, "n_embd": 2048},
+              "transformer.wte.weight has shape [%d, %d], expected [%d, 2048]" % (m.cfg.V, m.cfg.C, m.cfg.V))]
     for edit, needle in edits:
         c = dict(conf)
         for k, v in edit.items():
@@ -486,6 +488,9 @@ def t_cli(m):
     expect_refusal([EXPORT, m.ckpt, os.path.join(m.hf, "config.json")], "not a directory")
     expect_refusal([EXPORT, "--import", m.ckpt, os.path.join(d, "o.bin")], "not a directory")
     expect_refusal([EXPORT, "--import", d, os.path.join(d, "o.bin")], "config.json")
+    # an output the checkpoint cannot be renamed to is refused before the conversion
+    expect_refusal([EXPORT, "--import", m.hf, m.hf], "the directory being imported")
+    check(not os.path.exists(m.hf + ".tmp"), "--import DIR DIR left %s.tmp" % m.hf)
     expect_refusal([EXPORT, m.ckpt, os.path.join(d, "x"), "--tokenizer-dir", d], "encoder.json")
     # a failure after the temporary directory exists leaves nothing behind
     tok = os.path.join(d, "tok")

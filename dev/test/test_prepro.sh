@@ -7,9 +7,12 @@
 #   - output is byte-identical for 1 and 2 threads and with or without cutting long
 #     documents into pieces (Tiny Shakespeare and a synthetic text full of cut traps),
 #     and equal to tiktoken
-#   - Tiny Shakespeare in llm.c's convention equals a Python reference of it
+#   - Tiny Shakespeare in llm.c's convention equals a Python reference of it; with
+#     --text-docs blank-lines a line of spaces, tabs or \r is blank too (CRLF files)
 #   - train shard splitting, stale shard removal, --val-fraction, error exits (bad flag
 #     values, a directory given as --input, as build/tokenize's input or as vocab.bpe)
+#   - inputs refused before any shard is in place, leaving the output directory as it was:
+#     no text at all, or too few tokens for a val and a train part of 2 tokens each
 # The tiktoken comparisons need python3 with tiktoken (dev/test/tiktoken_offline.py
 # loads it without a network); without it they are skipped. Tiny Shakespeare comes from
 # data/tinyshakespeare/input.txt or $LLMC_DATA_MIRROR (default ../shared/data).
@@ -41,7 +44,7 @@ fi
 
 # Python helper: reads shards, builds reference token streams.
 cat >"$T/check.py" <<'PYEOF'
-import glob, json, struct, sys, os
+import glob, json, re, struct, sys, os
 sys.path.insert(0, "dev/test")
 EOT = 50256
 
@@ -86,11 +89,14 @@ def ref_text(path, mode):
     text = open(path, "rb").read().decode("utf-8")
     if mode == "whole":
         return [EOT] + e.encode_ordinary(text)
-    sections = text.split("\n\n")  # llm.c dev/data/tinyshakespeare.py convention
+    # a document ends after each blank line (spaces, tabs and \r count as blank), each
+    # keeping its separator: on text without such lines, llm.c's text.split("\n\n")
+    # (dev/data/tinyshakespeare.py), separators added back
+    ends = [m.end() for m in re.finditer(r"\n[ \t\r]*\n", text)] + [len(text)]
     out = []
-    for i, s in enumerate(sections):
+    for a, b in zip([0] + ends[:-1], ends):
         out.append(EOT)
-        out += e.encode_ordinary(s + "\n\n" if i != len(sections) - 1 else s)
+        out += e.encode_ordinary(text[a:b])
     return out
 
 def first_diff(a, b):
@@ -183,6 +189,8 @@ bad_line() { # description, line content (printf %s), expected text in the messa
     } >"$f"
     if run bad_jsonl --input "$f" --format jsonl --out-dir "$T/jb" --name b --val-tokens 0; then
         bad "jsonl: $1 accepted"
+    elif [ -e "$T/jb" ]; then
+        bad "jsonl: $1: the refused run left $T/jb: $(ls -A "$T/jb")"
     elif grep -q "^error: .*$f:4: .*$3" "$T/bad_jsonl.log"; then
         ok "jsonl: $1 -> $(grep -m1 '^error:' "$T/bad_jsonl.log" | sed "s|$f|bad.jsonl|")"
     else
@@ -204,6 +212,23 @@ bad_line "invalid UTF-8" "$(printf '{"text": "bad \xff byte"}')" "invalid UTF-8"
 bad_line "overlong UTF-8" "$(printf '{"text": "\xc0\xaf"}')" "invalid UTF-8"
 bad_line "bad number" '{"n": 01, "text": "a"}' "expected ','"
 bad_line "bad literal" '{"n": nul, "text": "a"}' "invalid value"
+
+# ---------------------------------------------------------------------------------------
+# --text-docs blank-lines: a line holding only spaces, tabs or \r is blank (CRLF files)
+printf 'First para.\r\nline two\r\n\r\nSecond\r\n\nThird\n \t\r\nFourth\r\n\r\n' >"$T/crlf.txt"
+if run crlf --input "$T/crlf.txt" --text-docs blank-lines --out-dir "$T/crlf" --name c --val-tokens 0 &&
+   py count_eot "$T/crlf" c 5 >"$T/crlf.check" 2>&1; then
+    ok "blank-lines: \\r\\n\\r\\n, \\r\\n\\n and a line of spaces, tabs and \\r end documents (5, the last empty)"
+else
+    bad "blank-lines with CRLF: $(cat "$T/crlf.log" "$T/crlf.check")"
+fi
+if [ "$HAVE_TIKTOKEN" = 1 ]; then
+    if py ref_text "$T/crlf.txt" "$T/crlf" c blank-lines >"$T/crlf_ref.check" 2>&1; then
+        ok "blank-lines with CRLF equals the Python reference (tiktoken)"
+    else
+        bad "blank-lines with CRLF vs reference: $(cat "$T/crlf_ref.check")"
+    fi
+fi
 
 # ---------------------------------------------------------------------------------------
 # threads and cuts: identical output
@@ -328,7 +353,7 @@ else bad "missing input message: $(cat "$T/err_input.log")"; fi
 printf 'tiny' >"$T/tiny.txt"
 if run err_val --input "$T/tiny.txt" --out-dir "$T/e" --name e; then
     bad "an input smaller than --val-tokens was accepted"
-elif grep -q "^error: .*tiny.txt has only" "$T/err_val.log" && [ -z "$(ls -A "$T/e")" ]; then
+elif grep -q "^error: .*tiny.txt has only" "$T/err_val.log" && [ ! -e "$T/e" ]; then
     ok "input smaller than --val-tokens: clean error, no files left"
 else
     bad "input smaller than --val-tokens: $(cat "$T/err_val.log"); files: $(ls "$T/e")"
@@ -366,6 +391,54 @@ if run small_ok --input "$T/tiny.txt" --out-dir "$T/s" --name s --val-tokens 0 -
 else
     bad "--shard-tokens 1 --allow-small-shards 1: $(cat "$T/small_ok.log"); files: $(ls "$T/s")"
 fi
+# inputs refused before any shard is in place: the output directory stays as it was (not
+# created when it was missing), no temporary left
+snapshot() {  # the names and checksums of a directory's files; nothing if it does not exist
+    [ -e "$1" ] && (cd "$1" && ls -A && find . -type f -exec cksum {} + | sort)
+}
+refused_input() {  # description, expected text, output directory, prepro arguments
+    local what="$1" want="$2" dir="$3"
+    shift 3
+    local before
+    before=$(snapshot "$dir")
+    run refused_input --out-dir "$dir" "$@"
+    local rc=$? after
+    after=$(snapshot "$dir")
+    if [ $rc = 1 ] && grep -q "^error: .*$want" "$T/refused_input.log" && [ "$after" = "$before" ] &&
+       { [ -n "$before" ] || [ ! -e "$dir" ]; }; then
+        ok "$what: $(grep -m1 '^error:' "$T/refused_input.log" | sed "s|$T/||g")"
+    else
+        bad "$what: exit code $rc (expected 1), no '$want', or the output changed:" \
+            "$(cat "$T/refused_input.log"); before: $(echo $before); after: $(echo $after)"
+    fi
+}
+: >"$T/empty.txt"
+printf '\n  \n\n' >"$T/blank.jsonl"
+printf '{"text": ""}\n{"text": ""}\n' >"$T/empty_texts.jsonl"
+refused_input "an empty input" "empty.txt is empty" "$T/n1" --input "$T/empty.txt" --name n --val-tokens 0
+refused_input "empty standard input" "standard input holds no text" "$T/n2" --input - --name n --val-tokens 0 \
+    </dev/null
+refused_input "JSONL of blank lines only" "blank.jsonl holds no text" "$T/n3" --input "$T/blank.jsonl" \
+    --format jsonl --name n --val-tokens 0
+refused_input "JSONL of empty texts" "empty_texts.jsonl holds no text" "$T/n4/sub" \
+    --input "$T/empty_texts.jsonl" --format jsonl --name n --val-tokens 0 --shard-tokens 1 --allow-small-shards 1
+# tiny.txt is 2 tokens (end-of-text, "tiny"): neither split leaves 2 train tokens
+refused_input "--val-fraction 0.99999" "tiny.txt has only 2 tokens.* 0 are left for training" "$T/n5" \
+    --input "$T/tiny.txt" --name n --val-fraction 0.99999
+refused_input "--val-tokens = all the tokens" "tiny.txt has only 2 tokens" "$T/n6" --input "$T/tiny.txt" --name n \
+    --val-tokens 2
+refused_input "--val-fraction 0.5 of 2 tokens: a 1-token val shard" "val shard of 1 tokens" "$T/n7" \
+    --input "$T/tiny.txt" --name n --val-fraction 0.5
+refused "--val-tokens 1" "--val-tokens 1: a val shard needs at least 2" --val-tokens 1
+# into a directory that holds an earlier run's shards: they stay, nothing is added
+printf 'one two three four five' >"$T/five.txt"
+if run five --input "$T/five.txt" --out-dir "$T/n8" --name n --val-tokens 2 && [ "$(py counts "$T/n8" n)" = "2 4 1" ]; then
+    ok "6 tokens, --val-tokens 2: val 2 and train 4 tokens"
+else
+    bad "6 tokens, --val-tokens 2: $(cat "$T/five.log")"
+fi
+refused_input "a refused run beside earlier shards" "tiny.txt has only" "$T/n8" --input "$T/tiny.txt" --name n \
+    --val-tokens 2 --shard-tokens 1 --allow-small-shards 1
 if run threads_max --input "$T/tricky.txt" --out-dir "$T/m" --name t --threads 4096 --chunk-bytes 16 \
        --val-tokens 100 && cmp -s "$T/t1/t_train_000000.bin" "$T/m/t_train_000000.bin"; then
     ok "--threads 4096, the most allowed: the same shards as 1 thread"
