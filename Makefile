@@ -99,6 +99,8 @@ build/export_hf: dev/export_hf.c $(COMMON_H)  ## checkpoint <-> Hugging Face tra
 # unit tests, built with AddressSanitizer and UBSan
 # the fuzzer runs prepro's own main() in-process
 build/san/fuzz_readers: dev/data/prepro.c dev/test/testutil.h
+# its command-line cases run the program as built
+build/san/test_export_hf: build/export_hf
 build/san/%: dev/test/%.c $(COMMON_H) dev/test/testutil.h
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp -pthread $(SAN_FLAGS) -o $@ $< $(LDLIBS)
@@ -151,7 +153,7 @@ UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
              build/san/test_loss_scaler build/san/test_export_hf build/san/test_sampling \
              build/san/test_hellaswag build/san/test_memory_budget build/tsan/test_dataloader \
-             build/san/test_update_pieces build/san/test_step_rules build/san/test_rng
+             build/san/test_update_pieces build/san/test_step_rules build/san/test_rng build/san/test_run_dir
 
 # The dependencies come first, before anything is built (mpicc builds a unit test), and the
 # tests run in a sub-make so that HAVE_MPI, PYTHON_TORCH, ... see what was just installed.

@@ -556,7 +556,7 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const TrainOptions *o
 // run carries what the run adds to the state (log length, skipped updates, settings).
 static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *dir, int step, uint64_t rng,
                             const TrainState *run) {
-    char mp[4096], sp[4096];
+    char mp[PATH_CAP], sp[PATH_CAP];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     TrainState s = train_state_for(run, step, rng, loader);
     s.model_crc = gpt2_checkpoint_write(mp, &model->config, model->params, 0);
@@ -570,7 +570,7 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *d
 
 static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, TrainState *run,
                             uint64_t *rng) {
-    char mp[4096], sp[4096];
+    char mp[PATH_CAP], sp[PATH_CAP];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     GPT2Config cfg;
     float *params = gpt2_checkpoint_read(mp, &cfg);
@@ -686,6 +686,7 @@ int main(int argc, char **argv) {
 
     GPT2Config cfg;
     float *params = gpt2_params_from_model_arg(o.model_arg, T, (uint64_t)o.seed, &cfg);
+    run_dir_claim(&o, 1);  // after -e is read: --overwrite 1 may remove the file it names
     GPT2 model;
     gpt2_build(&model, &cfg, params);
 
@@ -715,10 +716,10 @@ int main(int argc, char **argv) {
             printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
     }
     Logger lg;
-    logger_init(&lg, o.out_dir, start_step >= 0, 0);
+    run_logger_open(&lg, &o, start_step, 0);
     metrics_header(&lg, "train_gpt2", "fp32", &cfg, &o, max_steps, 1, start_step);
     if (start_step < 0) start_step = 0;
-    const int can_sample = sampling_possible(&cfg, 0);
+    const int can_sample = sampling_possible(&cfg, &o, &data.tok, T, 0);
     train_data_start_reading(&data, &o);
 
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));

@@ -253,6 +253,7 @@ int main(int argc, char **argv) {
     gpu_settings_check(&s, &pg);
     GPT2Config cfg;
     float *host_params = gpt2_params_from_model_arg(o->model_arg, o->T, (uint64_t)o->seed, &cfg);
+    run_dir_claim(o, rank0);  // rank 0 locks -o for the run; after -e is read, which --overwrite 1 may remove
     char model_name[4200];
     snprintf(model_name, sizeof model_name, "-e %s", o->model_arg);
     gpu_settings_for_model(&s, &cfg, model_name);
@@ -293,9 +294,9 @@ int main(int argc, char **argv) {
             printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
     }
     Logger lg;
-    logger_init(&lg, o->out_dir, resume_step >= 0, !rank0);
+    run_logger_open(&lg, o, resume_step, !rank0);
     metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, o, max_steps, pg.world, resume_step);
-    const int can_sample = rank0 && sampling_possible(&cfg, !rank0);
+    const int can_sample = rank0 && sampling_possible(&cfg, o, &data.tok, t.model.T, !rank0);
     train_data_start_reading(&data, o);
     int *val_inputs = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));

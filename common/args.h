@@ -74,6 +74,18 @@ static inline int args_h_is_help(int argc, char **argv, int a, const ArgSpec *sp
     return 1;
 }
 
+// v as the shortest decimal that reads back as the same float, so that a message about a
+// refused value shows it as given: --top-p 1.0000001 is a float just above 1, which %g
+// prints as "1". buf: 32 bytes.
+static inline const char *float_text(char *buf, float v) {
+    for (int digits = 6; digits < 9; digits++) {
+        snprintf(buf, 32, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) return buf;
+    }
+    snprintf(buf, 32, "%.9g", (double)v);
+    return buf;
+}
+
 static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n, const char *usage) {
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a];

@@ -2,6 +2,8 @@
 // log directory is set, to <dir>/main.log; the same events as JSON objects, one a line,
 // go to <dir>/metrics.jsonl (logger_json), for plots and scripts (docs/formats.md). A
 // resumed run appends to both, after cutting each back to its length at the checkpoint.
+// Every write to the files is checked: a full disk stops the run, naming the file, rather
+// than losing the metrics silently.
 #ifndef COMMON_LOGGER_H
 #define COMMON_LOGGER_H
 #include "util.h"
@@ -12,11 +14,12 @@ typedef struct {
     FILE *f;       // main.log
     FILE *jsonl;   // metrics.jsonl
     int quiet;     // 1: print nothing (the ranks other than 0 of a multi-process run)
+    char f_path[PATH_CAP], jsonl_path[PATH_CAP];
+    int ckpt_step; // the newest checkpoint the run wrote or resumed from (-1: none), for a failed write to name
 } Logger;
 
-static inline FILE *logger_open_file(const char *dir, const char *name, int append) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+static inline FILE *logger_open_file(const char *dir, const char *name, int append, char *path) {
+    path_join(path, PATH_CAP, dir, "%s", name);
     FILE *f = xfopen(path, append ? "a" : "w");
     // where appending starts, so that logger_bytes counts from the file's start
     if (fseeko(f, 0, SEEK_END) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
@@ -27,9 +30,28 @@ static inline FILE *logger_open_file(const char *dir, const char *name, int appe
 static inline void logger_init(Logger *lg, const char *dir, int append, int quiet) {
     lg->f = lg->jsonl = NULL;
     lg->quiet = quiet;
+    lg->ckpt_step = -1;
+    lg->f_path[0] = lg->jsonl_path[0] = 0;
     if (!dir || quiet) return;
-    lg->f = logger_open_file(dir, "main.log", append);
-    lg->jsonl = logger_open_file(dir, "metrics.jsonl", append);
+    lg->f = logger_open_file(dir, "main.log", append, lg->f_path);
+    lg->jsonl = logger_open_file(dir, "metrics.jsonl", append, lg->jsonl_path);
+}
+
+// After a write to one of the log files (failed: the write itself reported an error, with
+// errno set): flushes it, and stops the run if anything failed. The checkpoints are written
+// apart (temporary file, then rename), so the newest stays intact, and the message says
+// where -y 1 would resume.
+static inline void logger_check(const Logger *lg, FILE *f, const char *path, int failed) {
+    int err = errno;
+    if (fflush(f) != 0 && !failed) {
+        failed = 1;
+        err = errno;
+    }
+    if (!failed && !ferror(f)) return;
+    char resume[96] = "no checkpoint was written yet";
+    if (lg->ckpt_step >= 0)
+        snprintf(resume, sizeof resume, "the checkpoint of step %d is intact: -y 1 resumes from it", lg->ckpt_step);
+    fatal("cannot write %s: %s; the run stops here (%s)", path, err ? strerror(err) : "write error", resume);
 }
 
 __attribute__((format(printf, 2, 3)))
@@ -42,9 +64,10 @@ static inline void logger_printf(Logger *lg, const char *fmt, ...) {
     fflush(stdout);
     if (lg->f) {
         va_start(ap, fmt);
-        vfprintf(lg->f, fmt, ap);
+        errno = 0;
+        int failed = vfprintf(lg->f, fmt, ap) < 0;
         va_end(ap);
-        fflush(lg->f);
+        logger_check(lg, lg->f, lg->f_path, failed);
     }
 }
 
@@ -54,10 +77,11 @@ static inline void logger_json(Logger *lg, const char *fmt, ...) {
     if (!lg->jsonl) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(lg->jsonl, fmt, ap);
+    errno = 0;
+    int failed = vfprintf(lg->jsonl, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', lg->jsonl);
-    fflush(lg->jsonl);
+    if (!failed) failed = fputc('\n', lg->jsonl) == EOF;
+    logger_check(lg, lg->jsonl, lg->jsonl_path, failed);
 }
 
 // A number for JSON, which has no NaN or infinity: those become null. buf: 32 bytes.
@@ -69,20 +93,20 @@ static inline const char *json_num(char *buf, double x) {
 
 // Bytes written to a log file so far (0 without one): a checkpoint records them, so that
 // a resumed run drops what a crashed run logged after its checkpoint.
-static inline int64_t logger_file_bytes(FILE *f) {
+static inline int64_t logger_file_bytes(const Logger *lg, FILE *f, const char *path) {
     if (!f) return 0;
-    if (fflush(f) != 0) fatal("error writing a log file: %s", strerror(errno));
+    logger_check(lg, f, path, 0);
     off_t n = ftello(f);
     return n < 0 ? 0 : (int64_t)n;
 }
-static inline int64_t logger_bytes(Logger *lg) { return logger_file_bytes(lg->f); }
-static inline int64_t logger_json_bytes(Logger *lg) { return logger_file_bytes(lg->jsonl); }
+static inline int64_t logger_bytes(Logger *lg) { return logger_file_bytes(lg, lg->f, lg->f_path); }
+static inline int64_t logger_json_bytes(Logger *lg) { return logger_file_bytes(lg, lg->jsonl, lg->jsonl_path); }
 
 // Cuts <dir>/<name> back to keep bytes (before a resumed run appends to it); a shorter
 // file, or keep < 0 (not recorded), leaves it as it is.
 static inline void logger_truncate_file(const char *dir, const char *name, int64_t keep) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char path[PATH_CAP];
+    path_join(path, sizeof path, dir, "%s", name);
     struct stat st;
     if (keep < 0 || stat(path, &st) != 0 || st.st_size <= keep) return;
     if (truncate(path, (off_t)keep) != 0)
@@ -95,8 +119,8 @@ static inline void logger_truncate(const char *dir, int64_t keep_log, int64_t ke
 }
 
 static inline void logger_close(Logger *lg) {
-    if (lg->f) fclose(lg->f);
-    if (lg->jsonl) fclose(lg->jsonl);
+    if (lg->f && fclose(lg->f) != 0) fatal("error closing %s: %s", lg->f_path, strerror(errno));
+    if (lg->jsonl && fclose(lg->jsonl) != 0) fatal("error closing %s: %s", lg->jsonl_path, strerror(errno));
     lg->f = lg->jsonl = NULL;
 }
 

@@ -12,6 +12,7 @@
 #include "loader_thread.h"
 #include "logger.h"
 #include "rng.h"
+#include "run_dir.h"
 #include "safetensors.h"
 #include "schedule.h"
 #include "tokenizer.h"
@@ -24,8 +25,8 @@ typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
     const char *hellaswag_file;
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
-    int ckpt_every, resume, overfit, seed, shuffle, check_data, max_skipped, hellaswag, ckpt_keep, ckpt_major, top_k;
-    int loader_threads;
+    int ckpt_every, resume, overwrite, overfit, seed, shuffle, check_data, max_skipped, hellaswag;
+    int ckpt_keep, ckpt_major, top_k, loader_threads;
     float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z, top_p;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
@@ -67,7 +68,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
 }
 
 // Options both trainers take: a trainer's option table starts with these and adds its own.
-#define TRAIN_OPTIONS_COUNT 38
+#define TRAIN_OPTIONS_COUNT 39
 static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     const int n0 = t->n;
     args_add(t, "-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
@@ -112,6 +113,9 @@ static inline void train_options_add(ArgTable *t, TrainOptions *o) {
              "the checkpoints of every N-th step are major: -nk never removes them (0: none)");
     args_add(t, "-y", "--resume", ARG_SWITCH, &o->resume,
              "1: resume from the newest intact checkpoint in -o (none yet: start fresh)");
+    args_add(t, NULL, "--overwrite", ARG_SWITCH, &o->overwrite,
+             "1: remove the checkpoints and logs of an earlier run in -o and start afresh (without this or -y 1, "
+             "a run into such a directory is refused)");
     args_add(t, "-a", "--overfit-batch", ARG_SWITCH, &o->overfit, "1: train on the first batch only (debugging)");
     args_add(t, NULL, "--shuffle", ARG_SWITCH, &o->shuffle, "1: shuffle shards and samples each epoch");
     args_add(t, NULL, "--seed", ARG_INT, &o->seed, "seed for init, shuffling and sampling");
@@ -168,22 +172,27 @@ static inline void train_options_validate(TrainOptions *o) {
     if (!lr_schedule_kind_from_name(o->sched_name, &s.kind))
         fatal("-k: unknown schedule '%s' (cosine, linear, constant, wsd)", o->sched_name);
     o->sched = s;
-    if (!(o->lr >= 0)) fatal("-l (learning rate) must be a non-negative number, got %g", o->lr);
+    char v[32];  // a refused decimal as given (float_text)
+    if (!(o->lr >= 0)) fatal("-l (learning rate) must be a non-negative number, got %s", float_text(v, o->lr));
     if (!(o->final_frac >= 0 && o->final_frac <= 1))
-        fatal("-q (final lr fraction) must be in [0, 1], got %g", o->final_frac);
-    if (!(o->wsd_frac >= 0 && o->wsd_frac <= 1)) fatal("--wsd-decay-fraction must be in [0, 1], got %g", o->wsd_frac);
+        fatal("-q (final lr fraction) must be in [0, 1], got %s", float_text(v, o->final_frac));
+    if (!(o->wsd_frac >= 0 && o->wsd_frac <= 1))
+        fatal("--wsd-decay-fraction must be in [0, 1], got %s", float_text(v, o->wsd_frac));
     if (o->warmup < 0) fatal("-u (warmup steps) must be >= 0");
-    if (!(o->weight_decay >= 0)) fatal("-c (weight decay) must be >= 0, got %g", o->weight_decay);
-    if (!(o->grad_clip >= 0)) fatal("--grad-clip must be >= 0, got %g", o->grad_clip);
+    if (!(o->weight_decay >= 0)) fatal("-c (weight decay) must be >= 0, got %s", float_text(v, o->weight_decay));
+    if (!(o->grad_clip >= 0)) fatal("--grad-clip must be >= 0, got %s", float_text(v, o->grad_clip));
     if (o->gen_tokens < 0) fatal("-g (tokens to generate) must be >= 0");
-    if (!(o->temperature > 0)) fatal("--temperature must be > 0, got %g", o->temperature);
+    if (!(o->temperature > 0)) fatal("--temperature must be > 0, got %s", float_text(v, o->temperature));
     if (o->top_k < 0) fatal("--top-k must be >= 0 (0: every token), got %d", o->top_k);
-    if (!(o->top_p > 0 && o->top_p <= 1)) fatal("--top-p must be in (0, 1], got %g", o->top_p);
+    if (!(o->top_p > 0 && o->top_p <= 1)) fatal("--top-p must be in (0, 1], got %s", float_text(v, o->top_p));
     if (o->val_every < 0 || o->sample_every < 0) fatal("-v and -s must be >= 0");
     if (o->ckpt_every < -1) fatal("-n must be -1 (at the end only), 0 (never) or a number of steps");
     if (o->val_batches != -1 && o->val_batches < 1)
         fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
     if (o->resume && !o->out_dir) fatal("-y 1 needs -o: the directory to resume from");
+    if (o->overwrite && !o->out_dir) fatal("--overwrite 1 needs -o: the directory whose earlier run it removes");
+    if (o->overwrite && o->resume)
+        fatal("-y 1 resumes the run in -o and --overwrite 1 removes it: give one of them");
     if (o->loader_threads != 0 && o->loader_threads != 1)
         fatal("--loader-threads must be 0 or 1 (one thread reads ahead of any step: reads are sequential)");
     if (o->max_skipped < 0) fatal("--max-skipped-updates must be >= 0 (0: never stop)");
@@ -194,7 +203,37 @@ static inline void train_options_validate(TrainOptions *o) {
         fatal("-h 1: the HellaSwag eval file %s does not exist (build it with dev/data/hellaswag.py, or name it "
               "with --hellaswag-file)", o->hellaswag_file);
     if (o->ckpt_keep < 0 || o->ckpt_major < 0) fatal("-nk and -nm must be >= 0 (0: keep all, no major checkpoints)");
-    if (o->out_dir) make_run_dir(o->out_dir);
+    if (o->out_dir) {
+        run_dir_check_path_length(o->out_dir);
+        make_run_dir(o->out_dir);
+    }
+}
+
+// Makes -o this run's, before the run writes anything there: takes its lock (rank 0 alone:
+// the other ranks of a run share rank 0's directory, and write only their state shards),
+// then looks for an earlier run's checkpoints and logs. -y 1 continues that run; --overwrite
+// 1 removes them and says what it removed; without either, the run is refused: it would cut
+// the earlier run's logs and leave its checkpoints for a later -y 1 to resume as this run's.
+static inline void run_dir_claim(const TrainOptions *o, int rank0) {
+    if (!o->out_dir || !rank0) return;
+    run_dir_lock(o->out_dir);
+    if (o->resume) return;
+    RunFiles f;
+    run_files_list(o->out_dir, &f);
+    char names[600];
+    if (f.n && o->overwrite) {
+        run_files_remove(o->out_dir, &f);
+        printf("--overwrite 1: removed %d file(s) of an earlier run from %s: %s\n", f.n, o->out_dir,
+               run_files_text(&f, names, sizeof names));
+    } else if (f.n) {
+        char what[64] = "";
+        if (f.checkpoints && f.logs) snprintf(what, sizeof what, "%d checkpoint file(s) and its logs", f.checkpoints);
+        else if (f.checkpoints) snprintf(what, sizeof what, "%d checkpoint file(s)", f.checkpoints);
+        else snprintf(what, sizeof what, "its logs");
+        fatal("-o %s holds an earlier run: %s (%s). Resume it with -y 1, or remove them and start afresh with "
+              "--overwrite 1 (or choose another -o)", o->out_dir, what, run_files_text(&f, names, sizeof names));
+    }
+    run_files_free(&f);
 }
 
 // GPT-2's initialisation: weights normal(0, 0.02), the residual output projections
@@ -316,15 +355,15 @@ static inline void train_data_close(TrainData *d) {
 // state_<step>.rank<r>.bin first). Rank 0's state is written last, so a step whose
 // state_<step>.bin exists has a complete checkpoint; its checksums say it is intact.
 static inline void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
-    snprintf(model_path, cap, "%s/model_%08d.bin", dir, step);
-    snprintf(state_path, cap, "%s/state_%08d.bin", dir, step);
+    path_join(model_path, cap, dir, "model_%08d.bin", step);
+    path_join(state_path, cap, dir, "state_%08d.bin", step);
 }
 
 // The state file of a shard: rank 0's is state_<step>.bin, the other ranks' under ZeRO
 // state_<step>.rank<r>.bin beside it (without ZeRO every rank reads rank 0's).
 static inline void state_path_for_rank(const char *dir, int step, int shard_rank, char *path, size_t cap) {
-    if (shard_rank == 0) snprintf(path, cap, "%s/state_%08d.bin", dir, step);
-    else snprintf(path, cap, "%s/state_%08d.rank%d.bin", dir, step, shard_rank);
+    if (shard_rank == 0) path_join(path, cap, dir, "state_%08d.bin", step);
+    else path_join(path, cap, dir, "state_%08d.rank%d.bin", step, shard_rank);
 }
 
 static inline int cmp_int_desc(const void *a, const void *b) {
@@ -332,16 +371,20 @@ static inline int cmp_int_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-// The steps that have a state_<step>.bin in dir, newest first; returns their count.
-static inline int checkpoint_steps(const char *dir, int **steps) {
+// The steps that have a <kind>_<step>.bin in dir (kind: "model" or "state"), newest first;
+// returns their count.
+static inline int run_file_steps(const char *dir, const char *kind, int **steps) {
     *steps = NULL;
     DIR *d = opendir(dir);
     if (!d) return 0;
     int n = 0, cap = 0;
+    const size_t k = strlen(kind);
     struct dirent *e;
     while ((e = readdir(d))) {
         int step, used = 0;
-        if (sscanf(e->d_name, "state_%8d.bin%n", &step, &used) == 1 && used == 18 && !e->d_name[used] && step >= 0) {
+        if (strncmp(e->d_name, kind, k) == 0 && e->d_name[k] == '_' &&
+            sscanf(e->d_name + k, "_%8d.bin%n", &step, &used) == 1 && used == 13 && !e->d_name[k + used] &&
+            step >= 0) {
             if (n == cap) *steps = (int *)xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
             (*steps)[n++] = step;
         }
@@ -351,11 +394,46 @@ static inline int checkpoint_steps(const char *dir, int **steps) {
     return n;
 }
 
+// The steps that have a state_<step>.bin in dir, newest first; returns their count.
+static inline int checkpoint_steps(const char *dir, int **steps) { return run_file_steps(dir, "state", steps); }
+
+// The steps after after_step (-1: all) whose model_<step>.bin has no state_<step>.bin, newest
+// first: a checkpoint whose write stopped between its two files (the state comes last), or
+// model files whose states were removed. -y 1 cannot resume from a model alone.
+static inline int models_without_state(const char *dir, int after_step, int **steps) {
+    int n = run_file_steps(dir, "model", steps), kept = 0;
+    for (int i = 0; i < n; i++)
+        if ((*steps)[i] > after_step) (*steps)[kept++] = (*steps)[i];
+    return kept;
+}
+
+// Whether the checkpoint of step was begun and not finished: beside its model file lies its
+// state's temporary or a ZeRO rank's state (the ranks write theirs before rank 0's state).
+static inline int checkpoint_interrupted(const char *dir, int step) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "state_%08d.", step);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) found = strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return found;
+}
+
+// -y 1 with no training state in dir: the model files there (model_steps[0..n), newest first)
+// belong to an earlier run whose logs a fresh start keeps, unless they are the first
+// checkpoint of a run stopped while writing it: then nothing of that run can be resumed, and
+// its logs start over as if no checkpoint had begun (what a restart loop needs).
+static inline int fresh_start_keeps_logs(const char *dir, const int *model_steps, int n) {
+    return n > 0 && !(n == 1 && checkpoint_interrupted(dir, model_steps[0]));
+}
+
 // What is wrong with the checkpoint at step for this shard rank, or NULL if its model
 // and state files are whole, their checksums match, the state's step is the one its
 // name says, and the state belongs to that model file.
 static inline const char *checkpoint_problem(const char *dir, int step, int shard_rank, char *why, size_t cap) {
-    char mp[4096], sp[4096], inner[512];
+    char mp[PATH_CAP], sp[PATH_CAP], inner[512];
     int h[HEADER_INTS];
     uint32_t model_crc = 0;
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
@@ -401,7 +479,7 @@ static inline void checkpoints_prune(const char *dir, int keep, int major, int s
     int *steps, n = shard_checkpoint_steps(dir, shard_rank, &steps);
     for (int i = keep; i < n; i++) {
         if (major > 0 && steps[i] % major == 0) continue;
-        char mp[4096], sp[4096];
+        char mp[PATH_CAP], sp[PATH_CAP];
         checkpoint_paths(dir, steps[i], mp, sp, sizeof mp);
         state_path_for_rank(dir, steps[i], shard_rank, sp, sizeof sp);
         if (remove(sp) != 0) fatal("-nk: cannot remove %s: %s", sp, strerror(errno));
@@ -419,8 +497,16 @@ typedef long (*RankSumFn)(const void *ctx, long v);
 // when there are some but none is intact.
 static inline int resume_pick_step(const char *dir, int shard_rank, int quiet, RankSumFn sum, const void *ctx) {
     int *steps, n = checkpoint_steps(dir, &steps), pick = -1;
+    int *orphans, n_orphans = models_without_state(dir, n ? steps[0] : -1, &orphans);
     long world = sum ? sum(ctx, 1) : 1;
     char why[9000];  // room for two paths and a reason
+    for (int i = 0; i < n_orphans && n > 0; i++) {
+        char sp[PATH_CAP];
+        state_path_for_rank(dir, orphans[i], 0, sp, sizeof sp);
+        fprintf(stderr, "warning: -y 1: skipping the checkpoint of step %d: %s is missing (model_%08d.bin without "
+                "its state: a checkpoint whose write did not finish, or a removed state)\n", orphans[i], sp,
+                orphans[i]);
+    }
     for (int i = 0; i < n && pick < 0; i++) {
         const char *bad = checkpoint_problem(dir, steps[i], shard_rank, why, sizeof why);
         if (bad) fprintf(stderr, "warning: -y 1: skipping the checkpoint of step %d: %s\n", steps[i], bad);
@@ -431,8 +517,34 @@ static inline int resume_pick_step(const char *dir, int shard_rank, int quiet, R
     if (pick < 0 && n > 0)
         fatal("-y 1: none of the %d checkpoint(s) in %s is intact (see the warnings above); move them away to start "
               "fresh", n, dir);
-    if (pick < 0 && !quiet) printf("-y 1: no checkpoint in %s yet: starting fresh\n", dir);
+    if (pick < 0 && !quiet) {
+        if (fresh_start_keeps_logs(dir, orphans, n_orphans))
+            printf("-y 1: %s holds %d model file(s) without a training state (the newest model_%08d.bin): a model "
+                   "alone cannot be resumed (-e takes one to train from); starting fresh, appending to main.log and "
+                   "metrics.jsonl, the new checkpoints replacing any of the same step\n", dir, n_orphans, orphans[0]);
+        else if (n_orphans)
+            printf("-y 1: no checkpoint in %s yet (the first, of step %d, was not finished): starting fresh\n", dir,
+                   orphans[0]);
+        else printf("-y 1: no checkpoint in %s yet: starting fresh\n", dir);
+    }
+    free(orphans);
     return pick;
+}
+
+// Opens the run's logs (rank 0; quiet: the other ranks, which log nothing). A resumed run
+// appends to them, after its checkpoint cut them back (resume_step >= 0); so does a -y 1
+// that found only an earlier run's model files (fresh_start_keeps_logs). Any other run
+// starts them anew: -o held nothing of an earlier run, or --overwrite 1 removed it, or -y 1
+// found nothing a restart loop's earlier attempts left that could be resumed.
+static inline void run_logger_open(Logger *lg, const TrainOptions *o, int resume_step, int quiet) {
+    int append = resume_step >= 0;
+    if (!append && o->resume && o->out_dir && !quiet) {
+        int *orphans, n = models_without_state(o->out_dir, -1, &orphans);
+        append = fresh_start_keeps_logs(o->out_dir, orphans, n);
+        free(orphans);
+    }
+    logger_init(lg, o->out_dir, append, quiet);
+    lg->ckpt_step = resume_step;
 }
 
 // ---------------------------------------------------------------------------
@@ -480,9 +592,10 @@ static inline void run_settings_report(const int32_t was[STATE_SETTINGS], const 
                    lr_schedule_name((LRScheduleKind)now[i]));
         else if (is_float[i]) {
             float a, b;
+            char ta[32], tb[32];
             memcpy(&a, &was[i], 4);
             memcpy(&b, &now[i], 4);
-            printf("resume: %s was %g, now %g\n", names[i], a, b);
+            printf("resume: %s was %s, now %s\n", names[i], float_text(ta, a), float_text(tb, b));
         } else printf("resume: %s was %d, now %d\n", names[i], was[i], now[i]);
     }
 }
@@ -508,13 +621,47 @@ static inline int checkpoint_due(const TrainOptions *o, int step1, int last) {
     return o->out_dir && o->ckpt_every != 0 && ((o->ckpt_every > 0 && step1 % o->ckpt_every == 0) || last);
 }
 
+// How a sample fits its context of maxT tokens: the end-of-text token that starts it, the
+// prompt's last *keep tokens, then *gen generated ones. Of the maxT - 1 positions after the
+// start token, the prompt leaves room for -g tokens, or for half of them (rounded up) if -g
+// asks for more, so that every sample generates something: a longer prompt keeps its last
+// tokens, those the generated ones follow. -g beyond what is left is cut to it.
+static inline void sample_fit(int prompt_len, int gen_tokens, int maxT, int *keep, int *gen) {
+    int room = maxT > 1 ? maxT - 1 : 0, half = (room + 1) / 2;
+    int reserve = gen_tokens < half ? gen_tokens : half;
+    *keep = prompt_len < room - reserve ? prompt_len : room - reserve;
+    *gen = gen_tokens < room - *keep ? gen_tokens : room - *keep;
+}
+
+static inline TokenVec prompt_tokens(const Tokenizer *tok, const char *prompt) {
+    TokenVec tv = {0};
+    if (prompt && *prompt) tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &tv);
+    return tv;
+}
+
 // Samples start from GPT-2's end-of-text token and print through its tokenizer, so a
-// model whose vocabulary does not hold GPT-2's tokens cannot be sampled.
-static inline int sampling_possible(const GPT2Config *cfg, int quiet) {
-    if (cfg->vocab_size > GPT2_EOT) return 1;
-    if (!quiet) printf("sampling: off: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)\n",
-                       cfg->vocab_size, GPT2_EOT + 1);
-    return 0;
+// model whose vocabulary does not hold GPT-2's tokens cannot be sampled. When the run
+// samples, says once what sample_fit will cut: a prompt too long for the context of maxT
+// tokens (-t), and a -g beyond what the context leaves.
+static inline int sampling_possible(const GPT2Config *cfg, const TrainOptions *o, const Tokenizer *tok, int maxT,
+                                    int quiet) {
+    if (cfg->vocab_size <= GPT2_EOT) {
+        if (!quiet) printf("sampling: off: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)\n",
+                           cfg->vocab_size, GPT2_EOT + 1);
+        return 0;
+    }
+    if (quiet || o->gen_tokens == 0 || o->sample_every == 0) return 1;
+    TokenVec tv = prompt_tokens(tok, o->prompt);
+    int keep, gen;
+    sample_fit((int)tv.len, o->gen_tokens, maxT, &keep, &gen);
+    if (keep < (int)tv.len)
+        printf("sampling: --prompt is %zu tokens, too long for the samples' context (-t %d tokens, one of them the "
+               "start token) with room to generate: samples start from its last %d tokens\n", tv.len, maxT, keep);
+    if (gen < o->gen_tokens)
+        printf("sampling: -g %d is more than the context (-t %d) leaves after the start token%s: samples generate "
+               "%d tokens\n", o->gen_tokens, maxT, keep ? " and the prompt" : "", gen);
+    tokenvec_free(&tv);
+    return 1;
 }
 
 // Before a step's update: the limits above which its loss or gradient norm is an outlier
@@ -831,6 +978,7 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
         run->log_bytes = logger_bytes(lg);
         run->json_bytes = logger_json_bytes(lg);
         f.save(t, step1);
+        lg->ckpt_step = step1;
         checkpoints_prune(o->out_dir, o->ckpt_keep, o->ckpt_major, t->prune_rank);
     }
     fatal_context_set(NULL);
@@ -848,21 +996,18 @@ static inline void final_sample(const TrainOptions *o, int can_sample, int max_s
 }
 
 // Generates up to gen_tokens tokens after the end-of-text token and the prompt (at most
-// maxT in all) and prints them as text.
+// maxT in all: sample_fit) and prints them as text.
 static inline void sample_text(const Tokenizer *tok, const TrainOptions *o, int maxT, int V, uint64_t *rng, Logger *lg,
                                NextLogitsFn next_logits, void *model) {
-    const char *prompt = o->prompt;
     int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
     for (int i = 0; i < maxT; i++) ids[i] = GPT2_EOT;
-    int n = 1;
-    if (prompt && *prompt) {
-        TokenVec tv = {0};
-        tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &tv);
-        for (size_t i = 0; i < tv.len && n < maxT; i++) ids[n++] = (int)tv.data[i];
-        tokenvec_free(&tv);
-    }
+    TokenVec tv = prompt_tokens(tok, o->prompt);
+    int keep, gen, n = 1;
+    sample_fit((int)tv.len, o->gen_tokens, maxT, &keep, &gen);
+    for (size_t i = tv.len - (size_t)keep; i < tv.len; i++) ids[n++] = (int)tv.data[i];
+    tokenvec_free(&tv);
     float *probs = (float *)xmalloc((size_t)V * sizeof(float));
-    for (int step = 0; step < o->gen_tokens && n < maxT; step++) {
+    for (int step = 0; step < gen; step++) {
         next_logits(model, ids, n, probs);
         ids[n++] = sample_from_logits(probs, probs, V, o->temperature, o->top_k, o->top_p, rng);
     }

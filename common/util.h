@@ -167,6 +167,30 @@ static inline void atomic_commit(AtomicFile *a) {
     a->f = NULL;
 }
 
+// The size of every path buffer that names a file in a run directory (the checkpoints, the
+// logs, the lock): Linux's PATH_MAX. A run checks at start that its paths fit
+// (common/run_dir.h), and path_join stops rather than cut one short.
+#define PATH_CAP 4096
+
+// Writes "<dir>/<name>" into buf (cap bytes), name formatted from name_fmt. A path that does
+// not fit stops the program: cut short, it would name another file (metrics.jsonl becoming
+// "metrics.j") and the run would fail, or write there, much later.
+__attribute__((format(printf, 4, 5)))
+static inline char *path_join(char *buf, size_t cap, const char *dir, const char *name_fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, name_fmt);
+    int m = vsnprintf(name, sizeof name, name_fmt, ap);
+    va_end(ap);
+    if (m < 0 || (size_t)m >= sizeof name) fatal("internal: a file name of %d characters in %s", m, dir);
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        fatal("the path of %s in directory %.80s%s is %zu characters, more than the %zu this program allows: "
+              "choose a shorter directory (-o)", name, dir, strlen(dir) > 80 ? "..." : "", strlen(dir) + 1 + (size_t)m,
+              cap - 1);
+    return buf;
+}
+
 static inline int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

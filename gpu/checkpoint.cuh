@@ -16,7 +16,7 @@ static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, con
                                     const TrainState *run) {
     GPT2 *m = &t->model;
     const Optimizer *o = &t->opt;
-    char mp[4096], sp[4096];
+    char mp[PATH_CAP], sp[PATH_CAP];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     const int rank = t->dp.rank;
     if (o->shard_rank == 0 && rank != 0) {  // unsharded: rank 0 writes everything
@@ -54,7 +54,7 @@ static void trainer_load_checkpoint(GpuTrainer *t, DataLoader *loader, const cha
                                     uint64_t *rng) {
     GPT2 *m = &t->model;
     Optimizer *o = &t->opt;
-    char mp[4096], sp[4096];
+    char mp[PATH_CAP], sp[PATH_CAP];
     checkpoint_paths(dir, step, mp, sp, sizeof mp);
     state_path_for_rank(dir, step, o->shard_rank, sp, sizeof sp);
     GPT2Config cfg;

@@ -21,12 +21,14 @@ if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1 && [
              "CUDA toolkit for the GPU run); using the CPU"
     fi
 fi
+# a second quickstart starts over: --overwrite 1 removes the first one's checkpoints and logs
 if [ -n "$gpu" ]; then
     echo "GPU found: training GPT-2 124M (d12) from scratch with train_gpt2cu"
-    ./train_gpt2cu -e d12 -b 16 -t 1024 -x 300 -l 6e-4 -u 30 -q 0.1 -v 50 -m 10 -s 100 -g 64 -o log/quickstart_gpu
+    ./train_gpt2cu -e d12 -b 16 -t 1024 -x 300 -l 6e-4 -u 30 -q 0.1 -v 50 -m 10 -s 100 -g 64 -o log/quickstart_gpu \
+        --overwrite 1
 else
     threads=${OMP_NUM_THREADS:-$(nproc)}
     echo "no GPU run: training a small GPT-2 (4 layers, 256 channels) on the CPU with $threads threads"
     OMP_NUM_THREADS=$threads ./train_gpt2 -e l4h4c256t64 -b 8 -t 64 -x 240 -l 2e-3 -u 20 -q 0.1 \
-        -c 0.1 -v 60 -m 8 -s 240 -g 48 --prompt "ROMEO:" -o log/quickstart_cpu
+        -c 0.1 -v 60 -m 8 -s 240 -g 48 --prompt "ROMEO:" -o log/quickstart_cpu --overwrite 1
 fi

@@ -4,15 +4,16 @@
 # GPT-2 1.5B would be a 20 GB write); its figures come from the summary record that ends
 # DIR/metrics.jsonl (scripts/run_summary.py; docs/formats.md#metrics-file), not from its
 # console text.
-# fresh_run_dir DIR: makes DIR, without a metrics file from an earlier run, which a run
-# refused before it opens its logs would otherwise leave to be read as its own.
+# fresh_run_dir DIR: makes DIR empty: an earlier run's files would make the trainer refuse
+# it (a run directory holding another run's logs or checkpoints), and a metrics file left
+# there could be read as the new run's.
 # run_summary DIR: the run's figures, tab-separated: ms/step, tokens/s, MFU (percent), J/step,
 # device memory at peak (MiB), the data stall (ms per step), rounded as the trainer prints
 # them; "-" for each one the record holds as null, and for all of them when the run has no
 # summary record (the reader says why on stderr).
 # host_peak DIR: the host memory at peak (MiB) of rank 0's process, empty if the run lacks it.
 fresh_run_dir() {
-    rm -f "$1/metrics.jsonl" "$1/main.log"
+    rm -rf "${1:?}"
     mkdir -p "$1"
 }
 run_summary() {

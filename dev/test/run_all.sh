@@ -112,6 +112,7 @@ run loss-scaler ./build/san/test_loss_scaler
 run step-rules ./build/san/test_step_rules
 run rng ./build/san/test_rng
 run sampling ./build/san/test_sampling
+run run-dir-unit ./build/san/test_run_dir
 run hellaswag-unit ./build/san/test_hellaswag
 run memory-budget ./build/san/test_memory_budget
 run update-pieces ./build/san/test_update_pieces
@@ -156,6 +157,8 @@ run export-hf $PYTHON_TORCH dev/test/test_export_hf.py
 # the CPU trainer's command line: bad input, training, bit-exact resume
 run train-cli ./dev/test/test_train_cli.sh
 run kill-resume ./dev/test/test_kill_resume.sh
+# the run directory: one run at a time, an earlier run kept, a full disk, long paths, prompts
+run run-dir ./dev/test/test_run_dir.sh
 # the checkpoint comparator of dev/test/same_behaviour_gpu.sh, on the CPU trainer's checkpoints
 run compare-checkpoints ./dev/test/test_compare_checkpoints.sh
 # the HellaSwag evaluation (-h 1) end to end, against PyTorch's answers

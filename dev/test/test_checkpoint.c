@@ -2,7 +2,8 @@
 // GPT-2's random initialisation (train_common.h), bf16
 // rounding, model checkpoint fp32/bf16 round trips, the debug state and training state
 // readers, clear errors (no crash) on corrupted, truncated and mismatched files, the
-// checksums and finiteness checks, and -y 1's choice of checkpoint (train_common.h).
+// checksums and finiteness checks, and -y 1's choice of checkpoint (train_common.h), a model
+// file without its state among the ones it skips with a warning.
 // Built with AddressSanitizer and UBSan by `make test`.
 #include "testutil.h"
 #include "../../common/checkpoint.h"
@@ -493,14 +494,24 @@ static void test_resume_pick(void) {
     write_pair(dir, 6, 6, p);
     write_pair(dir, 9, 9, p);
     CHECK(pick_quiet(dir) == 9, "newest intact");
+    // a checkpoint stopped between its model and its state: skipped with a warning (the
+    // states alone are listed, so the model file needs its own look)
     char mp[4096], sp[4096];
+    checkpoint_paths(dir, 10, mp, sp, sizeof mp);
+    gpt2_checkpoint_write(mp, &g_cfg, p, 0);
+    char *err;
+    run_child(pick_child, dir, &err);
+    CHECK(strstr(err, "warning: -y 1: skipping the checkpoint of step 10") && strstr(err, "00000010.bin is missing"),
+          "warns about the model of step 10 without its state: %s", err);
+    free(err);
+    CHECK(pick_quiet(dir) == 9, "model without its state: falls back to 9");
+    remove(mp);
     checkpoint_paths(dir, 9, mp, sp, sizeof mp);
     size_t len;
     uint8_t *buf = xread_file(sp, &len);
     buf[len - 1] ^= 4;
     write_bytes(sp, buf, len);
     free(buf);
-    char *err;
     run_child(pick_child, dir, &err);
     CHECK(strstr(err, "skipping the checkpoint of step 9") && strstr(err, "checksum"), "warns about step 9: %s", err);
     free(err);

@@ -1,7 +1,8 @@
 // test_distributed.c: the multi-process logic that needs no GPU, run under
 // `mpirun -np N` (N = 1, 2, 3): the data loader's split of every batch across ranks, the
-// trainer's ZeRO shard ownership, gathering sharded weights into one checkpoint, and -y 1's
-// choice of a checkpoint intact on every rank. Every rank checks; rank 0 prints each case and the
+// trainer's ZeRO shard ownership, gathering sharded weights into one checkpoint, -y 1's
+// choice of a checkpoint intact on every rank, and the run directory's lock, which rank 0
+// takes for all the ranks of its run. Every rank checks; rank 0 prints each case and the
 // "N passed, M failed" line (failures summed over the ranks).
 #include "mpi_testutil.h"
 #include "../../common/checkpoint.h"
@@ -187,6 +188,30 @@ static void test_resume_pick_all_ranks(void) {
     free(params);
 }
 
+// The ranks of one run share its -o: rank 0 holds the lock, and no other rank is refused
+// (each process would be another holder to flock)
+static void test_run_dir_lock_ranks(void) {
+    char dir[64], lock_path[PATH_CAP];
+    snprintf(dir, sizeof dir, "build/test_distributed_lock_np%d", g_pg.world);
+    if (g_pg.rank == 0) mkdir(dir, 0755);
+    pg_sum_long(&g_pg, 0);
+    TrainOptions o;
+    train_options_defaults(&o, 64);
+    o.out_dir = dir;
+    run_dir_claim(&o, g_pg.rank == 0);  // a refusal stops every rank: the case fails
+    pg_sum_long(&g_pg, 0);
+    if (g_pg.rank > 0) {
+        int fd = open(path_join(lock_path, sizeof lock_path, dir, RUN_LOCK_NAME), O_RDWR | O_CLOEXEC);
+        CHECK(fd >= 0, "rank %d: no lock file %s", g_pg.rank, lock_path);
+        if (fd >= 0) {
+            CHECK(flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK, "rank %d: the lock of %s is not held",
+                  g_pg.rank, dir);
+            close(fd);
+        }
+    }
+    pg_sum_long(&g_pg, 0);  // rank 0 holds the lock until the others have looked
+}
+
 int main(int argc, char **argv) {
     pg_init(&g_pg, &argc, &argv);
     mkdir("build", 0755);
@@ -195,6 +220,7 @@ int main(int argc, char **argv) {
     run_case("sharded weights gathered into one checkpoint", test_checkpoint_gather);
     run_case("ZeRO slices: rank chunks tile the parameters, index map == gather", test_zero_slices);
     run_case("-y 1: the newest checkpoint intact on every rank", test_resume_pick_all_ranks);
+    run_case("-o: rank 0 locks it for the run's ranks, none refused", test_run_dir_lock_ranks);
     int failed = g_failed;
     if (g_pg.rank == 0) printf("%d passed, %d failed\n", g_passed, g_failed);
     pg_finalize(&g_pg);

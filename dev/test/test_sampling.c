@@ -1,7 +1,8 @@
 // test_sampling.c: drawing a token from the model's logits (common/train_common.h):
 // --top-k and --top-p keep only the most likely tokens and renormalise, ties going to the
 // lower id; without them a draw is the plain inverse-CDF draw it always was; frequencies
-// over many draws follow the kept probabilities.
+// over many draws follow the kept probabilities. How a sample fits its context: a prompt
+// too long keeps its last tokens, leaving room to generate; -g is cut to what is left.
 #include "testutil.h"
 #include "../../common/train_common.h"
 
@@ -88,11 +89,39 @@ static void test_cdf_edges(void) {
     CHECK(zero_drawn == 0, "tokens of probability 0 drawn %d times in 20000", zero_drawn);
 }
 
+// sample_fit's rule on a few cases worked by hand, then its promises over every small case
+static void test_fit(void) {
+    const int cases[][5] = {  // prompt tokens, -g, maxT -> kept, generated
+        {0, 64, 64, 0, 63},   {100, 4, 16, 11, 4}, {10, 4, 16, 10, 4}, {11, 4, 16, 11, 4}, {12, 4, 16, 11, 4},
+        {5, 1000, 16, 5, 10}, {100, 1000, 16, 7, 8}, {3, 4, 1, 0, 0},  {3, 4, 2, 0, 1},   {20, 0, 16, 15, 0},
+        {0, 0, 16, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *c = cases[i];
+        int keep, gen;
+        sample_fit(c[0], c[1], c[2], &keep, &gen);
+        CHECK(keep == c[3] && gen == c[4], "prompt %d, -g %d, maxT %d: kept %d and generated %d, want %d and %d", c[0],
+              c[1], c[2], keep, gen, c[3], c[4]);
+    }
+    int broken = 0;
+    for (int maxT = 1; maxT <= 40; maxT++)
+        for (int p = 0; p <= 60; p++)
+            for (int g = 0; g <= 60; g++) {
+                int keep, gen, room = maxT - 1, half = maxT / 2;
+                sample_fit(p, g, maxT, &keep, &gen);
+                broken += keep < 0 || gen < 0 || keep > p || gen > g || keep + gen > room;  // fits, cuts only
+                broken += p + g <= room && (keep != p || gen != g);                       // whole when it fits
+                broken += gen < (g < half ? g : half);                                    // room to generate
+                broken += keep < p && keep + gen != room;                                 // a cut prompt fills
+            }
+    CHECK(broken == 0, "%d promises broken over prompts 0..60, -g 0..60, maxT 1..40", broken);
+}
+
 int main(void) {
     run_case("top-k keeps the k most likely tokens", test_top_k);
     run_case("top-p keeps the fewest tokens reaching p", test_top_p);
     run_case("ties go to the lower id", test_ties);
     run_case("no cut: the plain draw", test_plain);
     run_case("the draw at the CDF's edges", test_cdf_edges);
+    run_case("a sample's prompt and -g fit the context", test_fit);
     return test_summary();
 }
