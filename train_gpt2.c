@@ -726,22 +726,32 @@ int main(int argc, char **argv) {
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, 0};
+    Trace trace;  // --trace: the timeline of a few steps
+    trace_start(&trace, "train_gpt2", &o, start_step, max_steps, 1, 1);
+    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, 0, &trace};
     const BetweenStepsFns between = {trainer_evaluate, trainer_hellaswag, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);
     TimedSteps timed = timed_steps_for(start_step, max_steps);
     const double t_run = wall_seconds();
     for (int step = start_step; step < max_steps; step++) {
+        trace_step_begin(&trace, step + 1);
+        trace_begin(&trace, "step", TRACE_CAT_STEP);
         double t0 = wall_seconds();
         // forward and backward over the micro-steps, gradients accumulating
         gpt2_zero_grad(&model);
         double loss_sum = 0.0;
         for (int micro = 0; micro < accum; micro++) {
+            trace_begin(&trace, "batch", TRACE_CAT_PHASE);
             if (!o.overfit) dataloader_next(&data.train, inputs, targets);
+            trace_end(&trace);
+            trace_begin(&trace, "forward", TRACE_CAT_PHASE);
             gpt2_forward(&model, inputs, targets, B, T);
+            trace_end(&trace);
             loss_sum += model.mean_loss;
+            trace_begin(&trace, "backward", TRACE_CAT_PHASE);
             gpt2_backward(&model, inputs, targets, 1.0f / (float)accum);
+            trace_end(&trace);
         }
         float loss = (float)(loss_sum / accum);
         if (test_overflow_step(step + 1)) model.grads[0] = INFINITY;
@@ -749,8 +759,11 @@ int main(int argc, char **argv) {
         opt.lr = lr_at_step(&data.sched, step);
         outlier_limits(&o, &run, &opt);
         float norm = NAN;
+        trace_begin(&trace, "update", TRACE_CAT_PHASE);
         if (isfinite(loss)) norm = gpt2_update(&model, &opt, adamw_step_count(&run, step + 1), loss);
+        trace_end(&trace);
         double dt = wall_seconds() - t0;
+        trace_end(&trace);  // the step
         timed_steps_add(&timed, step, dt);
         StepReport r = {step + 1, max_steps, loss, norm, opt.lr, dt, NAN, flops_per_step / dt / 1e9, o.total_batch,
                         0, 0, update_fate(loss, norm, &opt), &opt};
@@ -759,6 +772,7 @@ int main(int argc, char **argv) {
         updates_record(&run, step + 1, loss, norm, r.fate, o.max_skipped);
         // evaluation, sample, checkpoint
         after_step(&o, data.have_val, can_sample, &lg, &run, step + 1, step + 1 == max_steps, between, &tr);
+        trace_step_end(&trace, step + 1, max_steps);
     }
     report_data_stall(&data, &o, max_steps - start_step);
     final_sample(&o, can_sample, max_steps, between, &tr);

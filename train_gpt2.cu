@@ -19,6 +19,7 @@
 //   gpu/checkpoint.cuh     model and training-state files of a run directory
 //   gpu/memory_plan.cuh    the device-memory plan (--max-device-memory) and the memory report
 //   gpu/phases.cuh         NVTX ranges and --profile's time per phase of the step
+//   gpu/trace_gpu.cuh      --trace's GPU rows: kernels, copies and phases from CUPTI
 //   kernels/<layer>.cuh    one layer's kernels and launchers a file (and comm, offload, graphs)
 //   common/*.h             what both trainers share: options, data loader, formats, logger, tokenizer
 #include "common/util.h"
@@ -37,6 +38,7 @@
 #include "gpu/trainer.cuh"
 #include "gpu/checkpoint.cuh"
 #include "gpu/memory_plan.cuh"
+#include "gpu/trace_gpu.cuh"
 
 // The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's
 // matmuls: bf16 and fp16 tensor cores 989 TFLOP/s; the fp32 build's true-fp32 products (no
@@ -302,7 +304,11 @@ int main(int argc, char **argv) {
     int *val_targets = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));
     // the checkpoint files this process writes (pruned by -nk): rank 0's, a ZeRO rank's shard, or none
     const int prune_rank = shard_rank == 0 && !rank0 ? -1 : shard_rank;
-    Trainer between_ctx = {&t, &data, o, &run, &rng, &lg, val_inputs, val_targets, prune_rank};
+    Trace trace;  // --trace: the timeline of a few steps
+    trace_start(&trace, "train_gpt2cu", o, start_step, max_steps, step_meter_warmup_steps(data.accum), rank0);
+    gpu_tracer_start(&trace);
+    t.phases.trace = &trace;
+    Trainer between_ctx = {&t, &data, o, &run, &rng, &lg, val_inputs, val_targets, prune_rank, &trace};
     const BetweenStepsFns between = {between_evaluate, between_hellaswag, between_sample, between_save};
     TrainBatches batches;
     train_batches_init(&batches, &t.batch, &data.train, o->overfit, s.prefetch);
@@ -316,6 +322,9 @@ int main(int argc, char **argv) {
     for (int step = start_step; step < max_steps; step++) {
         const int step1 = step + 1, last = step1 == max_steps, ckpt_due = checkpoint_due(o, step1, last);
         step_meter_begin(&meter, step);
+        trace_step_begin(&trace, step1);
+        gpu_tracer_step_begin(&trace, step1);
+        trace_begin(&trace, "step", TRACE_CAT_STEP);
         t.force_overflow = test_overflow_step(step1);
         h.lr = lr_at_step(&data.sched, step);
         outlier_limits(o, &run, &h);
@@ -323,6 +332,7 @@ int main(int argc, char **argv) {
         float loss, norm;
         trainer_step_result(&t, &loss, &norm);  // the step's one host sync
         const double dt = step_meter_end(&meter, step);
+        trace_end(&trace);  // the step
         phase_timer_collect(&t.phases, step > start_step);
         StepReport r = {step1, max_steps, loss, norm, h.lr, dt, flops_per_step / dt / peak_flops, NAN,
                         o->total_batch, 0, 0, update_fate(loss, norm, &h), &h};
@@ -335,6 +345,7 @@ int main(int argc, char **argv) {
         step_meter_pause(&meter, step, other);
         after_step(o, data.have_val, can_sample, &lg, &run, step1, last, between, &between_ctx);
         step_meter_resume(&meter, step, other);
+        gpu_tracer_step_end(&trace, step1, max_steps);
     }
     RunSummary summary;
     report_steps(&meter, &t, &data, start_step, flops_per_step, rank0, &summary);

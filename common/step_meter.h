@@ -25,10 +25,13 @@ typedef struct {
 
 // pci_bus_id: the GPU whose board is measured (as cudaDeviceGetPCIBusId writes it);
 // micro_steps: per step.
+// the steps left out of the means for steps of micro_steps each
+static inline int step_meter_warmup_steps(int micro_steps) { return micro_steps >= STEP_METER_WARMUP ? 1 : STEP_METER_WARMUP; }
+
 static inline void step_meter_init(StepMeter *sm, int start_step, int micro_steps, const char *pci_bus_id) {
     memset(sm, 0, sizeof *sm);
     sm->start_step = start_step;
-    sm->warmup = micro_steps >= STEP_METER_WARMUP ? 1 : STEP_METER_WARMUP;
+    sm->warmup = step_meter_warmup_steps(micro_steps);
     energy_open(&sm->energy, pci_bus_id);
 }
 

@@ -16,6 +16,7 @@
 #include "safetensors.h"
 #include "schedule.h"
 #include "tokenizer.h"
+#include "trace.h"
 #include "update_rule.h"
 #include <dirent.h>
 #include <float.h>
@@ -24,6 +25,7 @@
 typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
     const char *hellaswag_file;
+    const char *trace_path, *trace_steps;  // --trace FILE and its steps (common/trace.h)
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overwrite, overfit, seed, shuffle, check_data, max_skipped, hellaswag;
     int ckpt_keep, ckpt_major, top_k, loader_threads;
@@ -47,6 +49,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->tokenizer_dir = "data/gpt2";
     o->hellaswag_file = "data/hellaswag/hellaswag_val.bin";
     o->prompt = "";
+    o->trace_steps = "";
     o->B = 4;
     o->T = default_T;
     o->total_batch = -1;
@@ -68,7 +71,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
 }
 
 // Options both trainers take: a trainer's option table starts with these and adds its own.
-#define TRAIN_OPTIONS_COUNT 39
+#define TRAIN_OPTIONS_COUNT 41
 static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     const int n0 = t->n;
     args_add(t, "-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
@@ -133,8 +136,29 @@ static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     args_add(t, NULL, "--max-skipped-updates", ARG_INT, &o->max_skipped,
              "stop the run after this many updates in a row skipped for a non-finite or outlier loss or norm "
              "(0: never)");
+    args_add(t, NULL, "--trace", ARG_STRING, &o->trace_path,
+             "write a timeline of --trace-steps to this file: the steps' phases and the work between steps as a "
+             "trace-event JSON (Chrome's tracing, Perfetto; scripts/plot_trace.py draws it)");
+    args_add(t, NULL, "--trace-steps", ARG_STRING, &o->trace_steps,
+             "with --trace, the steps it holds, FIRST[:LAST] counted from 1 (empty: the two steps after the "
+             "warm-up the step times leave out)");
     if (t->n - n0 != TRAIN_OPTIONS_COUNT)
         fatal("internal: TRAIN_OPTIONS_COUNT is %d, the table has %d", TRAIN_OPTIONS_COUNT, t->n - n0);
+}
+
+// An output file named by an option: refused now, before any training, when it cannot be
+// written (a directory, a missing or read-only folder); a file made to find out is removed.
+static inline void output_file_check(const char *option, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) fatal("%s %s: that is a directory, not a file", option, path);
+        if (access(path, W_OK) != 0) fatal("%s %s: cannot write it: %s", option, path, strerror(errno));
+        return;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) fatal("%s %s: cannot write it: %s", option, path, strerror(errno));
+    fclose(f);
+    remove(path);
 }
 
 // Makes the run directory (and its parents), or stops saying why it cannot.
@@ -203,6 +227,13 @@ static inline void train_options_validate(TrainOptions *o) {
         fatal("-h 1: the HellaSwag eval file %s does not exist (build it with dev/data/hellaswag.py, or name it "
               "with --hellaswag-file)", o->hellaswag_file);
     if (o->ckpt_keep < 0 || o->ckpt_major < 0) fatal("-nk and -nm must be >= 0 (0: keep all, no major checkpoints)");
+    int first, last;
+    if (o->trace_steps && *o->trace_steps && !trace_steps_parse(o->trace_steps, &first, &last))
+        fatal("--trace-steps must be FIRST or FIRST:LAST, steps counted from 1 with FIRST <= LAST, got '%s'",
+              o->trace_steps);
+    if (o->trace_steps && *o->trace_steps && !(o->trace_path && *o->trace_path))
+        fatal("--trace-steps %s: give --trace FILE.json, the file the steps' timeline goes to", o->trace_steps);
+    if (o->trace_path && *o->trace_path) output_file_check("--trace", o->trace_path);
     if (o->out_dir) {
         run_dir_check_path_length(o->out_dir);
         make_run_dir(o->out_dir);
@@ -616,6 +647,30 @@ static inline int sample_due(const TrainOptions *o, int can_sample, int step1, i
     return can_sample && o->gen_tokens > 0 && o->sample_every > 0 && (step1 % o->sample_every == 0 || last);
 }
 
+// --trace: opens program's trace for its steps, checked against the run's (start_step: the
+// steps done before this run, max_steps: its last); without --trace-steps, the two steps
+// after the warm_up steps that the step times leave out, or the run's last ones. writer: this
+// process writes the trace (rank 0 of several).
+static inline void trace_start(Trace *t, const char *program, const TrainOptions *o, int start_step, int max_steps,
+                               int warm_up, int writer) {
+    int first = 0, last = 0;
+    if (!o->trace_path || !*o->trace_path || !writer) {  // (one rank writes the trace: rank 0)
+        trace_open(t, program, NULL, 0, 0);
+        return;
+    }
+    if (*o->trace_steps) {
+        trace_steps_parse(o->trace_steps, &first, &last);  // checked by train_options_validate
+        if (first <= start_step || last > max_steps)
+            fatal("--trace-steps %s: this run trains steps %d to %d", o->trace_steps, start_step + 1, max_steps);
+    } else {
+        first = start_step + warm_up + 1;
+        last = first + 1;
+        if (last > max_steps) last = max_steps;
+        if (first > last) first = last - 1 > start_step ? last - 1 : start_step + 1;
+    }
+    trace_open(t, program, o->trace_path, first, last);
+}
+
 // -n: -1 at the end only, 0 never (llm.c's meaning), N every N steps and at the end
 static inline int checkpoint_due(const TrainOptions *o, int step1, int last) {
     return o->out_dir && o->ckpt_every != 0 && ((o->ckpt_every > 0 && step1 % o->ckpt_every == 0) || last);
@@ -925,6 +980,7 @@ typedef struct {
     Logger *lg;
     int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
     int prune_rank;                 // checkpoints_prune's shard_rank for this process
+    Trace *trace;                   // --trace: the work between traced steps is in it too
 } Trainer;
 
 // What a trainer does between steps, behind its own functions (t: its Trainer).
@@ -957,7 +1013,9 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
     if (val_due(o, have_val, step1, last)) {
         snprintf(doing, sizeof doing, "evaluating after step %d", step1);
         fatal_context_set(doing);
+        trace_begin(t->trace, "evaluation", TRACE_CAT_BETWEEN);
         float vl = f.evaluate(t);
+        trace_end(t->trace);
         char b[32];
         logger_printf(lg, "val loss %.6f (step %d)\n", vl, step1);
         logger_json(lg, "{\"type\": \"val\", \"step\": %d, \"val_loss\": %s}", step1, json_num(b, vl));
@@ -965,19 +1023,26 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
     if (hellaswag_due(o, step1, last)) {
         snprintf(doing, sizeof doing, "running HellaSwag after step %d", step1);
         fatal_context_set(doing);
-        log_hellaswag(lg, f.hellaswag(t), o->T, step1);
+        trace_begin(t->trace, "hellaswag", TRACE_CAT_BETWEEN);
+        HellaSwagScore score = f.hellaswag(t);
+        trace_end(t->trace);
+        log_hellaswag(lg, score, o->T, step1);
     }
     if (!last && sample_due(o, can_sample, step1, last)) {
         snprintf(doing, sizeof doing, "sampling after step %d", step1);
         fatal_context_set(doing);
+        trace_begin(t->trace, "sample", TRACE_CAT_BETWEEN);
         f.sample(t);
+        trace_end(t->trace);
     }
     if (checkpoint_due(o, step1, last)) {
         snprintf(doing, sizeof doing, "writing the checkpoint of step %d", step1);
         fatal_context_set(doing);
         run->log_bytes = logger_bytes(lg);
         run->json_bytes = logger_json_bytes(lg);
+        trace_begin(t->trace, "checkpoint", TRACE_CAT_BETWEEN);
         f.save(t, step1);
+        trace_end(t->trace);
         lg->ckpt_step = step1;
         checkpoints_prune(o->out_dir, o->ckpt_keep, o->ckpt_major, t->prune_rank);
     }

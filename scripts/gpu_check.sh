@@ -22,6 +22,8 @@
 #   8. compute-sanitizer memcheck of the small test (not QUICK)
 #   9. a d12 exported with build/export_hf and loaded by transformers (where it is installed)
 #  10. HellaSwag (-h 1): the fp32 and bf16 builds' answers against PyTorch's, 2 ranks against 1
+#  11. --trace: two steps' timeline from the bf16 build, without and with --offload 2: valid,
+#      kernels (and offload's copies) on the GPU rows, step spans equal to the step times
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -58,7 +60,7 @@ fail() { fails=$((fails + 1)); note "FAIL $*"; }
 verdict() { if [ "$1" = 0 ]; then pass "$2"; else fail "$3"; fi; }
 # section "N. title": a section starts, unless UPTO stops the run before it
 section() {
-    [ "${1%%.*}" -gt "${UPTO:-10}" ] && finish
+    [ "${1%%.*}" -gt "${UPTO:-11}" ] && finish
     note "== $* (at ${SECONDS} s)"
 }
 finish() {
@@ -453,5 +455,43 @@ if [ -f "$HS" ] && python3 -c 'import torch' 2> /dev/null; then
 else
     note "     HellaSwag skipped: no $HS (scripts/gpu_bundle.sh) or no PyTorch"
 fi
+
+section "11. --trace"
+# two traced steps of GPT-2 124M (bf16, B=8, T=256), without and with --offload 2: the file
+# passes scripts/plot_trace.py --validate, the GPU rows hold kernels (and with offload the
+# staging copies), each traced step's host span is within 5% of its time in metrics.jsonl,
+# and the step's kernels lie inside its span
+for off in 0 2; do
+    run trace "trace$off" 120 "$BIN/train_gpt2cu" -e d12 -b 8 -t 256 -x 14 -v 0 -s 0 -n 0 --offload $off $TR \
+        -o "$W/trace$off" --trace "$W/trace$off.json"
+    valid=$(python3 scripts/plot_trace.py --validate "$W/trace$off.json" 2>&1 | head -1)
+    python3 scripts/plot_trace.py --validate "$W/trace$off.json" > /dev/null 2>&1
+    vrc=$?
+    msg=$(python3 - "$W/trace$off.json" "$W/trace$off/metrics.jsonl" "$off" << 'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ms = {r["step"]: r["ms"] for r in map(json.loads, open(sys.argv[2])) if r.get("type") == "step"}
+x = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+kernels = [e for e in x if e["pid"] == 1 and e["cat"] == "kernel"]
+copies = [e for e in x if e["pid"] == 1 and e["cat"] == "memcpy"]
+problems = []
+if not kernels:
+    problems.append("no kernels on the GPU rows")
+if sys.argv[3] == "2" and not copies:
+    problems.append("--offload 2 but no copies on the GPU rows")
+for s in (e for e in x if e["cat"] == "step"):
+    n = s["args"]["step"]
+    if abs(s["dur"] / 1e3 - ms[n]) > 0.05 * ms[n]:
+        problems.append(f"step {n}: span {s['dur'] / 1e3:.2f} ms, metrics {ms[n]:.2f} ms")
+    mine = [k for k in kernels if k["args"]["step"] == n]
+    if mine and (min(k["ts"] for k in mine) < s["ts"] or max(k["ts"] + k["dur"] for k in mine) > s["ts"] + s["dur"] + 1):
+        problems.append(f"step {n}: kernels outside its span")
+print("; ".join(problems) if problems else f"{len(kernels)} kernels, {len(copies)} copies on the GPU rows")
+sys.exit(1 if problems else 0)
+PYEOF
+)
+    [ $? = 0 ] && [ $vrc = 0 ]
+    verdict $? "--trace, --offload $off: $msg; $valid" "--trace, --offload $off: $msg; $valid $(failed "trace$off")"
+done
 
 finish

@@ -140,6 +140,7 @@ run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
 run ncu-step $PYTHON dev/test/test_ncu_step.py
 # the metrics file's checker and plotter
 run plot-metrics $PYTHON dev/test/test_plot_metrics.py
+run plot-trace $PYTHON dev/test/test_plot_trace.py
 # the speed and memory studies' tables, verdicts and charts, on made-up rows
 run study-tables ./dev/test/test_study_tables.sh
 # data preparation
@@ -159,6 +160,8 @@ run train-cli ./dev/test/test_train_cli.sh
 run kill-resume ./dev/test/test_kill_resume.sh
 # the run directory: one run at a time, an earlier run kept, a full disk, long paths, prompts
 run run-dir ./dev/test/test_run_dir.sh
+# --trace: the timeline of a few steps, on the CPU trainer
+run trace ./dev/test/test_trace.sh
 # the checkpoint comparator of dev/test/same_behaviour_gpu.sh, on the CPU trainer's checkpoints
 run compare-checkpoints ./dev/test/test_compare_checkpoints.sh
 # the HellaSwag evaluation (-h 1) end to end, against PyTorch's answers

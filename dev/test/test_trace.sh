@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# test_trace.sh: --trace on the CPU trainer. A short run traces two steps and the work after
+# them (evaluation, sample, checkpoint); the file parses as a trace-event JSON, its spans
+# nest on the host's main thread, each traced step's span equals the step's time in
+# metrics.jsonl within 5% and its phases (batch, forward, backward, update) account for the
+# step within 5%, and scripts/plot_trace.py --validate accepts it. Bad --trace-steps and
+# unwritable --trace paths are refused before any training; the default window is the two
+# steps after the first. The last line is "N passed, M failed".
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. dev/test/testlib.sh
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+[ -x ./train_gpt2 ] || { echo "./train_gpt2 is not built (make train_gpt2)"; exit 1; }
+TS=data/tinyshakespeare
+[ -f "$TS/tiny_shakespeare_val_000000.bin" ] || ./dev/data/tinyshakespeare.sh > /dev/null 2>&1 ||
+    { echo "error: the Tiny Shakespeare shards are missing (make data)"; exit 1; }
+RUN=(-e l2h2c64t64 -b 4 -t 32 -i "$TS/tiny_shakespeare_train_*.bin" -j "$TS/tiny_shakespeare_val_*.bin" -m 2)
+
+# checks TRACE METRICS FIRST LAST: prints one line per problem, nothing when all hold
+check_trace() {
+    python3 - "$@" << 'EOF'
+import json, sys
+path, metrics, first, last = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+try:
+    d = json.load(open(path))
+except Exception as e:
+    print(f"not JSON: {e}"); sys.exit()
+ev = d.get("traceEvents")
+if not isinstance(ev, list):
+    print("no traceEvents list"); sys.exit()
+if d.get("otherData", {}).get("steps") != [first, last]:
+    print(f"otherData.steps is {d.get('otherData', {}).get('steps')}, expected {[first, last]}")
+spans = [e for e in ev if e.get("ph") == "X"]
+host = sorted((e for e in spans if e["pid"] == 0 and e["tid"] == 0), key=lambda e: (e["ts"], -e["dur"]))
+# nesting: each span lies inside the innermost open span or after it has ended
+stack = []
+for e in host:
+    while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - 1e-3:
+        stack.pop()
+    if stack and e["ts"] + e["dur"] > stack[-1]["ts"] + stack[-1]["dur"] + 1e-3:
+        print(f"{e['name']} at {e['ts']} overlaps {stack[-1]['name']} without nesting")
+    stack.append(e)
+ms = {}
+for line in open(metrics):
+    r = json.loads(line)
+    if r.get("type") == "step":
+        ms[r["step"]] = r["ms"]
+steps = [e for e in host if e["cat"] == "step"]
+if [e["args"]["step"] for e in steps] != list(range(first, last + 1)):
+    print(f"step spans {[e['args']['step'] for e in steps]}, expected {first}..{last}")
+for s in steps:
+    n = s["args"]["step"]
+    if abs(s["dur"] / 1e3 - ms[n]) > 0.05 * ms[n]:
+        print(f"step {n}: span {s['dur'] / 1e3:.2f} ms, metrics {ms[n]:.2f} ms")
+    inside = [e for e in host if e["cat"] == "phase" and e["ts"] >= s["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1e-3]
+    names = {e["name"] for e in inside}
+    if names != {"batch", "forward", "backward", "update"}:
+        print(f"step {n}: phases {sorted(names)}")
+    covered = sum(e["dur"] for e in inside)
+    if covered < 0.95 * s["dur"] or covered > s["dur"] * 1.0001:
+        print(f"step {n}: its phases cover {covered / s['dur']:.1%} of it")
+between = {e["name"] for e in host if e["cat"] == "between"}
+if between != {"evaluation", "sample", "checkpoint"}:
+    print(f"the work between steps: {sorted(between)}, expected evaluation, sample, checkpoint")
+EOF
+}
+
+./train_gpt2 "${RUN[@]}" -x 4 -v 3 -s 3 -g 4 -n 3 -o "$W/run" --trace "$W/t.json" --trace-steps 2:3 > "$W/run.log" 2>&1
+rc=$?
+problems=$(check_trace "$W/t.json" "$W/run/metrics.jsonl" 2 3)
+if [ $rc = 0 ] && [ -z "$problems" ]; then
+    ok "steps 2..3 traced: valid JSON, nested spans, step spans match metrics.jsonl, phases cover the steps, work between steps"
+else bad "the trace of steps 2..3 (exit $rc): ${problems:-$(tail -2 "$W/run.log")}"; fi
+if grep -q "^trace of steps 2..3 written: $W/t.json" "$W/run.log"; then ok "the run says where the trace went"
+else bad "no 'trace of steps 2..3 written' line: $(grep -i trace "$W/run.log" | head -2)"; fi
+if [ -f scripts/plot_trace.py ]; then
+    if out=$(python3 scripts/plot_trace.py --validate "$W/t.json" 2>&1); then ok "plot_trace.py --validate: $out"
+    else bad "plot_trace.py --validate refuses the trace: $out"; fi
+fi
+
+# the default window: the two steps after the first (the CPU trainer's warm-up)
+./train_gpt2 "${RUN[@]}" -x 5 -v 0 -s 0 --trace "$W/d.json" > "$W/d.log" 2>&1
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["otherData"]["steps"] != [2, 3])' "$W/d.json"
+then ok "without --trace-steps: steps 2..3"
+else bad "without --trace-steps: $(head -c 300 "$W/d.json")"; fi
+# a run shorter than the window traces its last steps
+./train_gpt2 "${RUN[@]}" -x 1 -v 0 -s 0 --trace "$W/one.json" > "$W/one.log" 2>&1
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["otherData"]["steps"] != [1, 1])' "$W/one.json"
+then ok "a one-step run traces step 1"
+else bad "a one-step run: $(tail -2 "$W/one.log")"; fi
+
+# refusals, before any step
+refused() {  # WHAT EXPECTED_TEXT ARGS...
+    local what=$1 want=$2
+    shift 2
+    ./train_gpt2 "${RUN[@]}" -x 3 -v 0 -s 0 "$@" > "$W/r.log" 2>&1
+    local rc=$?
+    if [ $rc != 0 ] && grep -qF -- "$want" "$W/r.log" && ! grep -q "^step " "$W/r.log"; then ok "$what refused: $(grep -m1 error "$W/r.log")"
+    else bad "$what: exit $rc, $(tail -2 "$W/r.log")"; fi
+}
+refused "--trace into a missing folder" "--trace $W/nope/t.json: cannot write it" --trace "$W/nope/t.json"
+refused "--trace naming a directory" "that is a directory" --trace "$W"
+refused "--trace-steps 3:2" "--trace-steps must be FIRST or FIRST:LAST" --trace "$W/x.json" --trace-steps 3:2
+refused "--trace-steps abc" "--trace-steps must be FIRST or FIRST:LAST" --trace "$W/x.json" --trace-steps abc
+refused "--trace-steps beyond the run" "--trace-steps 4:5: this run trains steps 1 to 3" --trace "$W/x.json" \
+    --trace-steps 4:5
+refused "--trace-steps without --trace" "give --trace FILE.json" --trace-steps 2
+test_finish
