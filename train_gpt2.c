@@ -674,6 +674,16 @@ static void log_cpu_run_summary(Logger *lg, const TimedSteps *t, int max_steps, 
     log_run_summary(lg, &s);
 }
 
+// --memory-trace: the arrays the CPU trainer holds (its figures of the memory line)
+static void memory_trace_list(MemoryTrace *m, const GPT2 *model, int B, int T) {
+    const size_t P = model->num_params * sizeof(float);
+    memory_trace_add(m, "parameters", MEM_PARAMS, -1, P);
+    memory_trace_add(m, "gradients", MEM_GRADS, -1, P);
+    memory_trace_add(m, "AdamW m", MEM_OPTIMIZER, -1, P);
+    memory_trace_add(m, "AdamW v", MEM_OPTIMIZER, -1, P);
+    memory_trace_add(m, "activations", MEM_ACTS_KEPT, -1, activation_floats(&model->config, B, T) * sizeof(float));
+}
+
 int main(int argc, char **argv) {
     TrainOptions o;
     train_options_defaults(&o, 64);
@@ -728,6 +738,7 @@ int main(int argc, char **argv) {
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     Trace trace;  // --trace: the timeline of a few steps
     trace_start(&trace, "train_gpt2", &o, start_step, max_steps, 1, 1);
+    memory_trace_list(&trace.mem, &model, B, T);
     Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, 0, &trace};
     const BetweenStepsFns between = {trainer_evaluate, trainer_hellaswag, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;

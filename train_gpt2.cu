@@ -307,6 +307,9 @@ int main(int argc, char **argv) {
     Trace trace;  // --trace: the timeline of a few steps
     trace_start(&trace, "train_gpt2cu", o, start_step, max_steps, step_meter_warmup_steps(data.accum), rank0);
     gpu_tracer_start(&trace);
+    memory_trace_list(&trace.mem, &t);
+    trace.in_use = device_in_use_since;
+    trace.in_use_ctx = (void *)&used0;
     t.phases.trace = &trace;
     Trainer between_ctx = {&t, &data, o, &run, &rng, &lg, val_inputs, val_targets, prune_rank, &trace};
     const BetweenStepsFns between = {between_evaluate, between_hellaswag, between_sample, between_save};
@@ -350,7 +353,7 @@ int main(int argc, char **argv) {
     RunSummary summary;
     report_steps(&meter, &t, &data, start_step, flops_per_step, rank0, &summary);
     final_sample(o, can_sample, max_steps, between, &between_ctx);
-    peak_used = max_size(peak_used, device_used_bytes());
+    peak_used = max_size(max_size(peak_used, device_used_bytes()), used0 + trace.mem.peak);
     if (rank0) report_end(&t, &lg, &run, peak_used - used0, &summary);
     train_batches_free(&batches);
     free(val_inputs);

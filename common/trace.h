@@ -9,6 +9,7 @@
 #ifndef COMMON_TRACE_H
 #define COMMON_TRACE_H
 #include "util.h"
+#include "memory_trace.h"
 #include <stdarg.h>
 #include <time.h>
 
@@ -42,6 +43,11 @@ typedef struct {
     // with keep_spans, the main thread's spans of the traced steps, in the order they ended
     int keep_spans, nkept, capkept;
     TraceSpan *kept;
+    // --memory-trace: sampled at the start of its step and at the end of each phase, with the
+    // bytes in use that in_use measures (NULL: the listed buffers alone)
+    MemoryTrace mem;
+    size_t (*in_use)(void *ctx);
+    void *in_use_ctx;
 } Trace;
 
 // microseconds since t0 on the host's monotonic clock
@@ -87,6 +93,13 @@ static inline void trace_open(Trace *t, const char *program, const char *path, i
 }
 
 static inline int trace_on(const Trace *t) { return t && t->f && t->active; }
+// spans are followed: for the trace file, or for the memory trace's samples
+static inline int trace_following(const Trace *t) { return t && ((t->f && t->active) || t->mem.active); }
+
+static inline void trace_memory_sample(Trace *t, const char *after) {
+    MemoryTrace *m = &t->mem;
+    memory_trace_sample(m, after, trace_now_us(t), t->in_use ? t->in_use(t->in_use_ctx) : memory_trace_listed(m));
+}
 
 // One event line; the comma goes before every event but the first.
 __attribute__((format(printf, 2, 3)))
@@ -138,7 +151,8 @@ static inline void trace_span(Trace *t, const char *name, const char *cat, int p
 // Spans of the host's main thread, opened and closed in nested order (no-ops off the traced
 // steps). The names must live as long as the trace (string literals).
 static inline void trace_begin(Trace *t, const char *name, const char *cat) {
-    if (!trace_on(t)) return;
+    if (!trace_following(t)) return;
+    if (!strcmp(name, "batch")) t->mem.micro++;  // a micro-step starts with its batch
     if (t->depth == TRACE_MAX_DEPTH) fatal("internal: trace spans nested deeper than %d", TRACE_MAX_DEPTH);
     t->open_name[t->depth] = name;
     t->open_cat[t->depth] = cat;
@@ -147,9 +161,11 @@ static inline void trace_begin(Trace *t, const char *name, const char *cat) {
 }
 
 static inline void trace_end(Trace *t) {
-    if (!trace_on(t)) return;
+    if (!trace_following(t)) return;
     if (t->depth == 0) fatal("internal: a trace span ended that was not begun");
     t->depth--;
+    if (!strcmp(t->open_cat[t->depth], TRACE_CAT_PHASE)) trace_memory_sample(t, t->open_name[t->depth]);
+    if (!trace_on(t)) return;
     const double ts = t->open_ts[t->depth], dur = trace_now_us(t) - ts;
     trace_span(t, t->open_name[t->depth], t->open_cat[t->depth], TRACE_PID_HOST, 0, ts, dur);
     if (!t->keep_spans) return;
@@ -181,6 +197,8 @@ static inline void trace_finish(Trace *t) {
 static inline void trace_step_begin(Trace *t, int step1) {
     t->step = step1;
     t->active = t->f && step1 >= t->first && step1 <= t->last;
+    memory_trace_step_begin(&t->mem, step1);
+    if (t->mem.active) trace_memory_sample(t, NULL);
     if (t->active && step1 == t->first) {
         trace_name(t, TRACE_PID_HOST, -1, "host");
         trace_name(t, TRACE_PID_HOST, 0, "main thread");
@@ -190,6 +208,7 @@ static inline void trace_step_begin(Trace *t, int step1) {
 // After the step and the work between steps; the file is complete after the last traced step
 // (or at the run's last step, when the run ends first: trace_finish then says which steps it has).
 static inline void trace_step_end(Trace *t, int step1, int last_step) {
+    memory_trace_write(&t->mem, t->program);
     if (t->active && (step1 == t->last || step1 == last_step)) {
         if (step1 < t->last) t->last = step1;
         trace_finish(t);

@@ -26,6 +26,7 @@ typedef struct {
     const char *train_pattern, *val_pattern, *model_arg, *out_dir, *sched_name, *tokenizer_dir, *prompt;
     const char *hellaswag_file;
     const char *trace_path, *trace_steps;  // --trace FILE and its steps (common/trace.h)
+    const char *memory_trace;             // --memory-trace FILE (common/memory_trace.h)
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overwrite, overfit, seed, shuffle, check_data, max_skipped, hellaswag;
     int ckpt_keep, ckpt_major, top_k, loader_threads;
@@ -71,7 +72,7 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
 }
 
 // Options both trainers take: a trainer's option table starts with these and adds its own.
-#define TRAIN_OPTIONS_COUNT 41
+#define TRAIN_OPTIONS_COUNT 42
 static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     const int n0 = t->n;
     args_add(t, "-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
@@ -141,7 +142,11 @@ static inline void train_options_add(ArgTable *t, TrainOptions *o) {
              "trace-event JSON (Chrome's tracing, Perfetto; scripts/plot_trace.py draws it)");
     args_add(t, NULL, "--trace-steps", ARG_STRING, &o->trace_steps,
              "with --trace, the steps it holds, FIRST[:LAST] counted from 1 (empty: the two steps after the "
-             "warm-up the step times leave out)");
+             "warm-up the step times leave out); --memory-trace samples the first of them");
+    args_add(t, NULL, "--memory-trace", ARG_STRING, &o->memory_trace,
+             "write where the memory goes over one step to this file: every buffer by category (parameters, "
+             "gradients, optimizer state, each layer's activations, ...) and the bytes in use after each phase "
+             "(scripts/plot_trace.py --memory draws it)");
     if (t->n - n0 != TRAIN_OPTIONS_COUNT)
         fatal("internal: TRAIN_OPTIONS_COUNT is %d, the table has %d", TRAIN_OPTIONS_COUNT, t->n - n0);
 }
@@ -231,9 +236,14 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->trace_steps && *o->trace_steps && !trace_steps_parse(o->trace_steps, &first, &last))
         fatal("--trace-steps must be FIRST or FIRST:LAST, steps counted from 1 with FIRST <= LAST, got '%s'",
               o->trace_steps);
-    if (o->trace_steps && *o->trace_steps && !(o->trace_path && *o->trace_path))
-        fatal("--trace-steps %s: give --trace FILE.json, the file the steps' timeline goes to", o->trace_steps);
+    if (o->trace_steps && *o->trace_steps && !(o->trace_path && *o->trace_path) &&
+        !(o->memory_trace && *o->memory_trace))
+        fatal("--trace-steps %s: give --trace FILE.json (or --memory-trace FILE.json), the file the steps go to",
+              o->trace_steps);
     if (o->trace_path && *o->trace_path) output_file_check("--trace", o->trace_path);
+    if (o->memory_trace && *o->memory_trace) output_file_check("--memory-trace", o->memory_trace);
+    if (o->trace_path && o->memory_trace && *o->trace_path && !strcmp(o->trace_path, o->memory_trace))
+        fatal("--trace and --memory-trace name the same file, %s: give each its own", o->trace_path);
     if (o->out_dir) {
         run_dir_check_path_length(o->out_dir);
         make_run_dir(o->out_dir);
@@ -647,17 +657,16 @@ static inline int sample_due(const TrainOptions *o, int can_sample, int step1, i
     return can_sample && o->gen_tokens > 0 && o->sample_every > 0 && (step1 % o->sample_every == 0 || last);
 }
 
-// --trace: opens program's trace for its steps, checked against the run's (start_step: the
-// steps done before this run, max_steps: its last); without --trace-steps, the two steps
-// after the warm_up steps that the step times leave out, or the run's last ones. writer: this
-// process writes the trace (rank 0 of several).
+// --trace and --memory-trace: opens program's trace for its steps and sets the memory
+// trace's step (the first of them), checked against the run's steps (start_step: the steps
+// done before this run, max_steps: its last); without --trace-steps, the two steps after the
+// warm_up steps that the step times leave out, or the run's last ones. writer: this process
+// writes the files (rank 0 of several).
 static inline void trace_start(Trace *t, const char *program, const TrainOptions *o, int start_step, int max_steps,
                                int warm_up, int writer) {
+    const int tracing = writer && o->trace_path && *o->trace_path;
+    const int memory = writer && o->memory_trace && *o->memory_trace;
     int first = 0, last = 0;
-    if (!o->trace_path || !*o->trace_path || !writer) {  // (one rank writes the trace: rank 0)
-        trace_open(t, program, NULL, 0, 0);
-        return;
-    }
     if (*o->trace_steps) {
         trace_steps_parse(o->trace_steps, &first, &last);  // checked by train_options_validate
         if (first <= start_step || last > max_steps)
@@ -668,7 +677,8 @@ static inline void trace_start(Trace *t, const char *program, const TrainOptions
         if (last > max_steps) last = max_steps;
         if (first > last) first = last - 1 > start_step ? last - 1 : start_step + 1;
     }
-    trace_open(t, program, o->trace_path, first, last);
+    trace_open(t, program, tracing ? o->trace_path : NULL, first, last);
+    memory_trace_init(&t->mem, memory ? o->memory_trace : NULL, first);
 }
 
 // -n: -1 at the end only, 0 never (llm.c's meaning), N every N steps and at the end

@@ -15,48 +15,49 @@
 
 enum { ACT_KEPT, ACT_SCRATCH };
 
-// X(name, element type, kind, elements). The sizes are expressions over the locals of
-// activation_sizes: L, BT (tokens of a micro-batch), C, Vp, and the layer copies L_ln, L_gelu,
-// L_blk that the recompute level keeps; an entry of 0 elements is not allocated.
-#define ACTIVATIONS(X)                                                   \
-    X(ln1, floatX, ACT_KEPT, L_ln * BT * C)                              \
-    X(ln1_mean, float, ACT_KEPT, L * BT)                                 \
-    X(ln1_rstd, float, ACT_KEPT, L * BT)                                 \
-    X(qkv, floatX, ACT_KEPT, L_blk * BT * 3 * C)                         \
-    X(att, floatX, ACT_KEPT, att_elems) /* plain attention's softmax */  \
-    X(lse, float, ACT_KEPT, lse_elems)  /* flash attention's log-sum-exp */ \
-    X(atty, floatX, ACT_KEPT, L_blk * BT * C)                            \
-    X(residual2, floatX, ACT_KEPT, L_blk * BT * C)                       \
-    X(ln2, floatX, ACT_KEPT, L_ln * BT * C)                              \
-    X(ln2_mean, float, ACT_KEPT, L * BT)                                 \
-    X(ln2_rstd, float, ACT_KEPT, L * BT)                                 \
-    X(fch, floatX, ACT_KEPT, L_blk * BT * 4 * C)                         \
-    X(fch_gelu, floatX, ACT_KEPT, L_gelu * BT * 4 * C)                   \
-    X(residual3, floatX, ACT_KEPT, L * BT * C)                           \
-    X(encoded, floatX, ACT_KEPT, BT * C)                                 \
-    X(attproj, floatX, ACT_KEPT, BT * C)                                 \
-    X(fcproj, floatX, ACT_KEPT, BT * C)                                  \
-    X(lnf, floatX, ACT_KEPT, BT * C)                                     \
-    X(lnf_mean, float, ACT_KEPT, BT)                                     \
-    X(lnf_rstd, float, ACT_KEPT, BT)                                     \
-    X(logits, floatX, ACT_KEPT, BT * Vp)                                 \
-    X(losses, float, ACT_KEPT, BT)                                       \
-    X(dresidual, floatX, ACT_SCRATCH, BT * C)                            \
-    X(dln, floatX, ACT_SCRATCH, BT * C)                                  \
-    X(datty, floatX, ACT_SCRATCH, BT * C)                                \
-    X(dfch, floatX, ACT_SCRATCH, BT * 4 * C)                             \
-    X(dqkv, floatX, ACT_SCRATCH, BT * 3 * C)                             \
-    X(attn_scratch, floatX, ACT_SCRATCH, attn_elems) /* plain attention's permuted q, k, v */ \
-    X(flash_scratch, float, ACT_SCRATCH, flash_elems) /* flash backward's rowsum(dout * out) */ \
-    X(fscratch, float, ACT_SCRATCH, fscratch_elems) /* fp32 partial sums: layernorm, bias, norm */
+// X(name, element type, kind, copies, elements of a copy). The sizes are expressions over the
+// locals of activation_sizes: L, BT (tokens of a micro-batch), C, Vp, and the layer copies
+// L_ln, L_gelu, L_blk that the recompute level keeps (L: one per layer); an entry of 0
+// elements is not allocated.
+#define ACTIVATIONS(X)                                                                             \
+    X(ln1, floatX, ACT_KEPT, L_ln, BT * C)                                                          \
+    X(ln1_mean, float, ACT_KEPT, L, BT)                                                             \
+    X(ln1_rstd, float, ACT_KEPT, L, BT)                                                             \
+    X(qkv, floatX, ACT_KEPT, L_blk, BT * 3 * C)                                                     \
+    X(att, floatX, ACT_KEPT, L_blk, att_elems)  /* plain attention's softmax */                     \
+    X(lse, float, ACT_KEPT, L_blk, lse_elems)   /* flash attention's log-sum-exp */                 \
+    X(atty, floatX, ACT_KEPT, L_blk, BT * C)                                                        \
+    X(residual2, floatX, ACT_KEPT, L_blk, BT * C)                                                   \
+    X(ln2, floatX, ACT_KEPT, L_ln, BT * C)                                                          \
+    X(ln2_mean, float, ACT_KEPT, L, BT)                                                             \
+    X(ln2_rstd, float, ACT_KEPT, L, BT)                                                             \
+    X(fch, floatX, ACT_KEPT, L_blk, BT * 4 * C)                                                     \
+    X(fch_gelu, floatX, ACT_KEPT, L_gelu, BT * 4 * C)                                               \
+    X(residual3, floatX, ACT_KEPT, L, BT * C)                                                       \
+    X(encoded, floatX, ACT_KEPT, 1, BT * C)                                                         \
+    X(attproj, floatX, ACT_KEPT, 1, BT * C)                                                         \
+    X(fcproj, floatX, ACT_KEPT, 1, BT * C)                                                          \
+    X(lnf, floatX, ACT_KEPT, 1, BT * C)                                                             \
+    X(lnf_mean, float, ACT_KEPT, 1, BT)                                                             \
+    X(lnf_rstd, float, ACT_KEPT, 1, BT)                                                             \
+    X(logits, floatX, ACT_KEPT, 1, BT * Vp)                                                         \
+    X(losses, float, ACT_KEPT, 1, BT)                                                               \
+    X(dresidual, floatX, ACT_SCRATCH, 1, BT * C)                                                    \
+    X(dln, floatX, ACT_SCRATCH, 1, BT * C)                                                          \
+    X(datty, floatX, ACT_SCRATCH, 1, BT * C)                                                        \
+    X(dfch, floatX, ACT_SCRATCH, 1, BT * 4 * C)                                                     \
+    X(dqkv, floatX, ACT_SCRATCH, 1, BT * 3 * C)                                                     \
+    X(attn_scratch, floatX, ACT_SCRATCH, 1, attn_elems) /* plain attention's permuted q, k, v */    \
+    X(flash_scratch, float, ACT_SCRATCH, 1, flash_elems) /* flash backward's rowsum(dout * out) */  \
+    X(fscratch, float, ACT_SCRATCH, 1, fscratch_elems)  /* fp32 partial sums: layernorm, bias, norm */
 
-#define ACT_MEMBER(name, type, kind, elems) type *name;
+#define ACT_MEMBER(name, type, kind, copies, elems) type *name;
 typedef struct {
     ACTIVATIONS(ACT_MEMBER)
 } Activations;
 #undef ACT_MEMBER
 
-#define ACT_ENUM(name, type, kind, elems) ACT_##name,
+#define ACT_ENUM(name, type, kind, copies, elems) ACT_##name,
 enum { ACTIVATIONS(ACT_ENUM) ACT_COUNT };
 #undef ACT_ENUM
 
@@ -66,7 +67,7 @@ typedef struct {
     int kind;
     size_t field;  // offset in Activations
 } ActBuffer;
-#define ACT_DESC(name, type, kind, elems) {#name, kind, offsetof(Activations, name)},
+#define ACT_DESC(name, type, kind, copies, elems) {#name, kind, offsetof(Activations, name)},
 static const ActBuffer ACT_BUFFERS[ACT_COUNT] = {ACTIVATIONS(ACT_DESC)};
 #undef ACT_DESC
 
@@ -79,8 +80,8 @@ typedef struct {
 #define ACT_PLAN_NUM_SMS 132
 
 // Bytes of each buffer (0: not used in this configuration), rounded up to cudaMalloc's
-// 256-byte alignment.
-static void activation_sizes(const ActShape *a, size_t bytes[ACT_COUNT]) {
+// 256-byte alignment; copies (if not NULL): how many slices each holds (L: one per layer).
+static void activation_sizes(const ActShape *a, size_t bytes[ACT_COUNT], size_t copies[ACT_COUNT] = NULL) {
     const GPT2Config *c = a->cfg;
     const size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)a->B * a->T;
     const size_t Vp = c->padded_vocab_size, B = a->B, T = a->T;
@@ -89,10 +90,10 @@ static void activation_sizes(const ActShape *a, size_t bytes[ACT_COUNT]) {
     size_t attn_elems = attention_backward_scratch_elems(a->B, a->T, (int)C, (int)NH);
     if (attention_forward_scratch_elems(a->B, a->T, (int)C) > attn_elems)
         attn_elems = attention_forward_scratch_elems(a->B, a->T, (int)C);
-    size_t att_elems = L_blk * B * NH * T * T, lse_elems = 0, flash_elems = 0;
+    size_t att_elems = B * NH * T * T, lse_elems = 0, flash_elems = 0;  // a layer's
     if (a->flash) {
         att_elems = attn_elems = 0;
-        lse_elems = L_blk * B * NH * T;
+        lse_elems = B * NH * T;
         flash_elems = flash_attention_backward_scratch_elems(a->B, a->T, (int)C, (int)NH, a->deterministic);
     }
     size_t fscratch_elems = a->num_sms ? layernorm_backward_scratch_floats((int)BT, (int)C, a->num_sms)
@@ -101,7 +102,9 @@ static void activation_sizes(const ActShape *a, size_t bytes[ACT_COUNT]) {
     size_t norm_partials = 0;  // grad_sumsq: at most NORM_MAX_BLOCKS per run, a run per slice at most
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) norm_partials += (size_t)NORM_MAX_BLOCKS * gpt2_param_layers(c, k);
     if (norm_partials > fscratch_elems) fscratch_elems = norm_partials;
-#define ACT_SIZE(name, type, kind, elems) bytes[ACT_##name] = ((elems) * sizeof(type) + 255) / 256 * 256;
+#define ACT_SIZE(name, type, kind, n, elems)                                  \
+    bytes[ACT_##name] = ((size_t)(n) * (elems) * sizeof(type) + 255) / 256 * 256; \
+    if (copies) copies[ACT_##name] = (size_t)(n);
     ACTIVATIONS(ACT_SIZE)
 #undef ACT_SIZE
 }

@@ -11,6 +11,8 @@
 #include "optimizer.cuh"
 #include "fp8_layers.cuh"
 #include "batch.cuh"
+#include "trainer.cuh"
+#include "../common/memory_trace.h"
 
 // Beyond its buffers a run holds cuBLAS's and the kernels' own memory and allocation
 // rounding: DEVICE_RESERVE_BYTES, measured on an H200 (docs/memory.md)
@@ -146,4 +148,42 @@ static void print_memory_vs_budget(size_t peak, size_t planned, size_t max_memor
     if (max_memory)
         printf("memory: measured peak %.0f MiB, planned %.0f MiB, --max-device-memory %.0f MiB%s\n", peak * mib,
                planned * mib, max_memory * mib, peak > max_memory ? ": OVER the budget (the plan misses something)" : "");
+}
+
+// --memory-trace: every buffer the trainer holds on the device, by category (each layer's
+// slices of the kept activations apart); the rest of the device's use (the CUDA runtime's,
+// cuBLAS's, NCCL's, allocation rounding) is the samples' "other"
+static void memory_trace_list(MemoryTrace *m, const GpuTrainer *t) {
+    if (!m->path) return;
+    const GPT2 *g = &t->model;
+    const Optimizer *o = &t->opt;
+    const size_t X = sizeof(floatX), ns = o->zl.shard_elems, mb = adamw_moment_bytes(o->moments_bf16);
+    memory_trace_add(m, "parameters", MEM_PARAMS, -1, g->num_params * X);
+    memory_trace_add(m, g->grad_slots ? "gradients (wte, wpe, lnf and two layers' slots)" : "gradients", MEM_GRADS, -1,
+                     g->grad_elems * X);
+    if (o->gshard) memory_trace_add(m, "gradient shard (ZeRO-2)", MEM_GRADS, -1, ns * X);
+    if (!o->offload) {  // offloaded: in host memory
+        if (o->master) memory_trace_add(m, "master weights", MEM_OPTIMIZER, -1, ns * sizeof(float));
+        memory_trace_add(m, "AdamW m", MEM_OPTIMIZER, -1, ns * mb);
+        memory_trace_add(m, "AdamW v", MEM_OPTIMIZER, -1, ns * mb);
+    }
+    if (o->offload == OFFLOAD_STAGED)
+        memory_trace_add(m, "offload staging buffers", MEM_STAGING, -1, offload_stage_bytes(o->master != NULL, mb));
+    ActShape a = gpt2_act_shape(&g->config, &t->s, g->num_sms);
+    size_t bytes[ACT_COUNT], copies[ACT_COUNT];
+    activation_sizes(&a, bytes, copies);
+    for (int i = 0; i < ACT_COUNT; i++)
+        memory_trace_add_layers(m, ACT_BUFFERS[i].name, ACT_BUFFERS[i].kind == ACT_KEPT ? MEM_ACTS_KEPT : MEM_SCRATCH,
+                                bytes[i], copies[i], g->config.num_layers);
+    memory_trace_add(m, "FP8 weight copies and operand buffers", MEM_FP8, -1,
+                     fp8_plan_bytes(&g->config, t->fp8.mask, (size_t)g->B * g->T));
+    memory_trace_add(m, "micro-batch", MEM_STAGING, -1, batch_ints(g->B, g->T) * sizeof(int));
+    memory_trace_add(m, "step scalars", MEM_SCRATCH, -1, INFO_SLOTS * sizeof(float) + sizeof(AdamWStep));
+    memory_trace_add(m, "cuBLAS workspace", MEM_SCRATCH, -1, CUBLASLT_WORKSPACE_BYTES);
+}
+
+// the device memory in use beyond what was in use before the run (ctx: that, in bytes)
+static size_t device_in_use_since(void *ctx) {
+    const size_t now = device_used_bytes(), before = *(const size_t *)ctx;
+    return now > before ? now - before : 0;
 }

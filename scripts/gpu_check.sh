@@ -22,8 +22,9 @@
 #   8. compute-sanitizer memcheck of the small test (not QUICK)
 #   9. a d12 exported with build/export_hf and loaded by transformers (where it is installed)
 #  10. HellaSwag (-h 1): the fp32 and bf16 builds' answers against PyTorch's, 2 ranks against 1
-#  11. --trace: two steps' timeline from the bf16 build, without and with --offload 2: valid,
-#      kernels (and offload's copies) on the GPU rows, step spans equal to the step times
+#  11. --trace and --memory-trace: two steps' timeline from the bf16 build, without and with
+#      --offload 2: valid, kernels (and offload's copies) on the GPU rows, step spans equal to
+#      the step times; the memory trace valid, its peak the run's reported peak
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -460,17 +461,22 @@ section "11. --trace"
 # two traced steps of GPT-2 124M (bf16, B=8, T=256), without and with --offload 2: the file
 # passes scripts/plot_trace.py --validate, the GPU rows hold kernels (and with offload the
 # staging copies), each traced step's host span is within 5% of its time in metrics.jsonl,
-# and the step's kernels lie inside its span
+# and the step's kernels lie inside its span; the memory trace of the first is valid and
+# its peak is the run's reported one (metrics.jsonl's summary)
 for off in 0 2; do
     run trace "trace$off" 120 "$BIN/train_gpt2cu" -e d12 -b 8 -t 256 -x 14 -v 0 -s 0 -n 0 --offload $off $TR \
-        -o "$W/trace$off" --trace "$W/trace$off.json"
+        -o "$W/trace$off" --trace "$W/trace$off.json" --memory-trace "$W/mem$off.json"
     valid=$(python3 scripts/plot_trace.py --validate "$W/trace$off.json" 2>&1 | head -1)
     python3 scripts/plot_trace.py --validate "$W/trace$off.json" > /dev/null 2>&1
     vrc=$?
-    msg=$(python3 - "$W/trace$off.json" "$W/trace$off/metrics.jsonl" "$off" << 'PYEOF'
+    python3 scripts/plot_trace.py --validate "$W/mem$off.json" > /dev/null 2>&1 || vrc=1
+    msg=$(python3 - "$W/trace$off.json" "$W/trace$off/metrics.jsonl" "$off" "$W/mem$off.json" << 'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-ms = {r["step"]: r["ms"] for r in map(json.loads, open(sys.argv[2])) if r.get("type") == "step"}
+records = [json.loads(l) for l in open(sys.argv[2])]
+ms = {r["step"]: r["ms"] for r in records if r.get("type") == "step"}
+summary = records[-1] if records and records[-1].get("type") == "summary" else {}
+mem = json.load(open(sys.argv[4]))
 x = [e for e in d["traceEvents"] if e.get("ph") == "X"]
 kernels = [e for e in x if e["pid"] == 1 and e["cat"] == "kernel"]
 copies = [e for e in x if e["pid"] == 1 and e["cat"] == "memcpy"]
@@ -486,7 +492,11 @@ for s in (e for e in x if e["cat"] == "step"):
     mine = [k for k in kernels if k["args"]["step"] == n]
     if mine and (min(k["ts"] for k in mine) < s["ts"] or max(k["ts"] + k["dur"] for k in mine) > s["ts"] + s["dur"] + 1):
         problems.append(f"step {n}: kernels outside its span")
-print("; ".join(problems) if problems else f"{len(kernels)} kernels, {len(copies)} copies on the GPU rows")
+peak = mem["peak_bytes"] / 2**20
+if abs(peak - (summary.get("device_peak_mib") or -1e9)) > 1:
+    problems.append(f"memory trace peak {peak:.0f} MiB, the run's {summary.get('device_peak_mib')} MiB")
+print("; ".join(problems) if problems else
+      f"{len(kernels)} kernels, {len(copies)} copies on the GPU rows; memory trace peak {peak:.0f} MiB = the run's")
 sys.exit(1 if problems else 0)
 PYEOF
 )

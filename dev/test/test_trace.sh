@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# test_trace.sh: --trace on the CPU trainer. A short run traces two steps and the work after
+# test_trace.sh: --trace and --memory-trace on the CPU trainer. A short run traces two steps and the work after
 # them (evaluation, sample, checkpoint); the file parses as a trace-event JSON, its spans
 # nest on the host's main thread, each traced step's span equals the step's time in
 # metrics.jsonl within 5% and its phases (batch, forward, backward, update) account for the
 # step within 5%, and scripts/plot_trace.py --validate accepts it. Bad --trace-steps and
 # unwritable --trace paths are refused before any training; the default window is the two
-# steps after the first. The last line is "N passed, M failed".
+# steps after the first. --memory-trace samples one step at its start and after each phase of
+# each micro-step, and its peak is the memory line's total. The last line is "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . dev/test/testlib.sh
@@ -90,6 +91,30 @@ if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["othe
 then ok "a one-step run traces step 1"
 else bad "a one-step run: $(tail -2 "$W/one.log")"; fi
 
+# --memory-trace: the step's samples, the CPU trainer's arrays, a peak equal to its memory line
+./train_gpt2 "${RUN[@]}" -x 4 -d 256 -v 0 -s 0 --memory-trace "$W/m.json" --trace-steps 3 > "$W/m.log" 2>&1
+rc=$?
+problems=$(python3 - "$W/m.json" "$W/m.log" << 'EOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+line = next(l for l in open(sys.argv[2]) if l.startswith("memory: parameters"))
+printed = sum(float(x) for x in re.findall(r"([0-9]+) MiB", line))
+at = [s["at"] for s in d["samples"]]
+want = ["start of step"] + [f"after {p} (micro-step {m})" for m in (1, 2) for p in ("batch", "forward", "backward")] + \
+       ["after update (micro-step 2)"]
+out = []
+if d["step"] != 3: out.append(f"step {d['step']}, expected 3")
+if at != want: out.append(f"samples {at}")
+if abs(d["peak_bytes"] / 2**20 - printed) > 2: out.append(f"peak {d['peak_bytes'] / 2**20:.1f} MiB, memory line {printed} MiB")
+if {a["category"] for a in d["allocations"]} != {"parameters", "gradients", "optimizer state", "activations (kept)"}:
+    out.append(f"categories {sorted({a['category'] for a in d['allocations']})}")
+print("; ".join(out))
+EOF
+)
+if [ $rc = 0 ] && [ -z "$problems" ] && python3 scripts/plot_trace.py --validate "$W/m.json" > "$W/mv.txt" 2>&1; then
+    ok "--memory-trace of step 3: a sample at its start and after each phase of both micro-steps, the memory line's peak: $(cat "$W/mv.txt")"
+else bad "--memory-trace (exit $rc): ${problems:-$(tail -2 "$W/m.log") $(cat "$W/mv.txt")}"; fi
+
 # refusals, before any step
 refused() {  # WHAT EXPECTED_TEXT ARGS...
     local what=$1 want=$2
@@ -106,4 +131,7 @@ refused "--trace-steps abc" "--trace-steps must be FIRST or FIRST:LAST" --trace 
 refused "--trace-steps beyond the run" "--trace-steps 4:5: this run trains steps 1 to 3" --trace "$W/x.json" \
     --trace-steps 4:5
 refused "--trace-steps without --trace" "give --trace FILE.json" --trace-steps 2
+refused "--memory-trace into a missing folder" "--memory-trace $W/nope/m.json: cannot write it" \
+    --memory-trace "$W/nope/m.json"
+refused "--trace and --memory-trace to one file" "name the same file" --trace "$W/same.json" --memory-trace "$W/same.json"
 test_finish
