@@ -15,46 +15,20 @@ import argparse
 import importlib.util
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from pychecks import check, finish, have_matplotlib, png_size  # noqa: E402
 TOOL = os.path.normpath(os.path.join(HERE, "..", "..", "scripts", "plot_metrics.py"))
 
-passed = failed = 0
-
-
-def check(what, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok    {what}")
-    else:
-        failed += 1
-        print(f"FAIL  {what}")
-        for line in detail.strip().splitlines()[-8:]:
-            print(f"      {line}")
 
 
 def tool(*args):
     p = subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr
-
-
-def png_size(path):
-    """(width, height) from a PNG's IHDR, or None when the file is not a whole PNG"""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    if len(data) < 45 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        return None
-    if data[-8:-4] != b"IEND":  # a file cut short by a failed write has no end chunk
-        return None
-    return struct.unpack(">II", data[16:24])
 
 
 # ---------------------------------------------------------------- made-up inputs
@@ -324,19 +298,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--validate", metavar="FILE", help="also validate and plot this real metrics.jsonl")
     args = p.parse_args()
-    have_mpl = importlib.util.find_spec("matplotlib") is not None
+    have_mpl = have_matplotlib()
     with tempfile.TemporaryDirectory(prefix="plot_metrics_") as d:
         a, b, uncut, tlog = plain_run(d), resumed_run(d), uncut_resume(d), torch_log(d)
         check_reading(d, a, b, uncut, tlog)
         check_validator(d, a, b, uncut, args.validate)
         if have_mpl:
             check_plots(d, a, b, tlog, args.validate)
-    if not have_mpl:
-        print(f"matplotlib is not installed for {sys.executable}: the plotting checks were skipped")
-    print(f"{passed} passed, {failed} failed")
-    if failed:
-        return 1
-    return 0 if have_mpl else 77
+    return finish(have_mpl)
 
 
 if __name__ == "__main__":

@@ -19,27 +19,15 @@ import copy
 import importlib.util
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from pychecks import check, finish, have_matplotlib, png_size  # noqa: E402
 TOOL = os.path.normpath(os.path.join(HERE, "..", "..", "scripts", "plot_trace.py"))
 
-passed = failed = 0
-
-
-def check(what, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok    {what}")
-    else:
-        failed += 1
-        print(f"FAIL  {what}")
-        for line in detail.strip().splitlines()[-8:]:
-            print(f"      {line}")
 
 
 def tool(*args, cwd=None, hide_matplotlib=False):
@@ -51,20 +39,6 @@ def tool(*args, cwd=None, hide_matplotlib=False):
                "runpy.run_path(sys.argv[0], run_name='__main__')", TOOL, *args]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     return p.returncode, p.stdout, p.stderr
-
-
-def png_size(path):
-    """(width, height) from a PNG's IHDR, or None when the file is not a whole PNG"""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    if len(data) < 45 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        return None
-    if data[-8:-4] != b"IEND":  # a file cut short by a failed write has no end chunk
-        return None
-    return struct.unpack(">II", data[16:24])
 
 
 def write_json(path, obj):
@@ -467,7 +441,7 @@ def main():
     p.add_argument("--validate", metavar="FILE", action="append", default=[],
                    help="also validate and draw this real trace or memory trace (repeatable)")
     args = p.parse_args()
-    have_mpl = importlib.util.find_spec("matplotlib") is not None
+    have_mpl = have_matplotlib()
     with tempfile.TemporaryDirectory(prefix="plot_trace_") as d:
         cpu, gpu, mem = cpu_trace(), gpu_trace(), memory_trace()
         cpu_path = write_json(os.path.join(d, "cpu", "trace.json"), cpu)
@@ -480,12 +454,7 @@ def main():
         check_usage(d, gpu_path, mem_path)
         if have_mpl:
             check_drawing(d, cpu_path, gpu_path, mem_path, cpu_mem_path, mem, args.validate)
-    if not have_mpl:
-        print(f"matplotlib is not installed for {sys.executable}: the drawing checks were skipped")
-    print(f"{passed} passed, {failed} failed")
-    if failed:
-        return 1
-    return 0 if have_mpl else 77
+    return finish(have_mpl)
 
 
 if __name__ == "__main__":
