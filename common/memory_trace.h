@@ -35,7 +35,7 @@ typedef struct {
 typedef struct {
     const char *path;  // NULL: no memory trace
     int step;          // the traced step (from 1)
-    int active, micro, done;
+    int active, micro, done;  // micro: the step's micro-step so far (from 1)
     MemAlloc *allocs;
     int nallocs, capallocs;
     size_t listed[MEM_CATEGORIES];  // the listed buffers' bytes, per category
@@ -92,8 +92,15 @@ static inline void memory_trace_sample(MemoryTrace *m, const char *at, double t_
     if (m->nsamples == m->capsamples)
         m->samples = (MemSample *)xrealloc(m->samples, (size_t)(m->capsamples = m->capsamples ? 2 * m->capsamples : 64) *
                                                            sizeof(MemSample));
+    // the micro-step: a phase seen n times before is in micro-step n + 1 (the update, once
+    // a step, follows the last one)
+    if (at) {
+        int seen = 1;
+        for (int i = 0; i < m->nsamples; i++) seen += m->samples[i].at && !strcmp(m->samples[i].at, at);
+        if (seen > m->micro) m->micro = seen;
+    }
     const size_t listed = memory_trace_listed(m);
-    MemSample s = {at, m->micro, t_us, in_use > listed ? in_use - listed : 0};
+    MemSample s = {at, at ? m->micro : 0, t_us, in_use > listed ? in_use - listed : 0};
     m->samples[m->nsamples++] = s;
 }
 

@@ -152,7 +152,6 @@ static inline void trace_span(Trace *t, const char *name, const char *cat, int p
 // steps). The names must live as long as the trace (string literals).
 static inline void trace_begin(Trace *t, const char *name, const char *cat) {
     if (!trace_following(t)) return;
-    if (!strcmp(name, "batch")) t->mem.micro++;  // a micro-step starts with its batch
     if (t->depth == TRACE_MAX_DEPTH) fatal("internal: trace spans nested deeper than %d", TRACE_MAX_DEPTH);
     t->open_name[t->depth] = name;
     t->open_cat[t->depth] = cat;
