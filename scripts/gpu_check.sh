@@ -33,6 +33,8 @@
 #   KILL_TRIALS=N  trials of the kill -9 loop
 #   KILL_VARIANTS="bf16 fp16 bf16x2 fp16x2"  the kill -9 loop's builds and ranks (default
 #                  bf16; bf16x2, fp16x2: 2 ranks sharing this GPU through --comm mpi)
+#   FROM=N         start at section N (FROM=11 UPTO=11: the trace checks alone; sections
+#                  that use an earlier one's files, 8 those of 1, then fail)
 #   UPTO=N         stop after section N (UPTO=1: the tests only; with SKIP_TESTS=1 UPTO=6:
 #                  2-6, so that a short run fits two calls of a few minutes)
 set -u
@@ -60,8 +62,10 @@ fail() { fails=$((fails + 1)); note "FAIL $*"; }
 # verdict STATUS OK_TEXT FAIL_TEXT: one check, passed when STATUS is 0
 verdict() { if [ "$1" = 0 ]; then pass "$2"; else fail "$3"; fi; }
 # section "N. title": a section starts, unless UPTO stops the run before it
+# (returns 1, so that its body is skipped, when FROM starts the run after it)
 section() {
     [ "${1%%.*}" -gt "${UPTO:-11}" ] && finish
+    [ "${1%%.*}" -lt "${FROM:-1}" ] && return 1
     note "== $* (at ${SECONDS} s)"
 }
 finish() {
@@ -115,8 +119,7 @@ fi
 TR_BIG="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin"
 TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
 
-if [ "$SKIP_TESTS" != 1 ]; then
-section "1. test_gpt2cu against the PyTorch reference"
+if [ "$SKIP_TESTS" != 1 ] && section "1. test_gpt2cu against the PyTorch reference"; then
 # the FP8 building blocks (kernels/fp8.cuh): casts and cuBLASLt FP8 matmuls against the CPU
 if [ -x "$BIN/test_fp8" ]; then
     run tests fp8 120 "$BIN/test_fp8"
@@ -167,7 +170,7 @@ for prec in bf16 fp32 fp16; do
 done
 fi  # SKIP_TESTS
 
-section "2. gradient accumulation"
+if section "2. gradient accumulation"; then
 # 4 micro-steps of B=4 read exactly the 16 rows that one micro-step of B=16 reads, and the
 # loss and gradient are means over them either way: only rounding differs (the bf16
 # gradient buffer rounds after each micro-step, the matmuls run other algorithms at another
@@ -191,8 +194,9 @@ else
     fail "accumulation 4 x B=4 vs 1 x B=16: max loss diff '${dl}' (2e-2), step-1 relative norm diff '${dn}'" \
         "(0.02) $(failed acc4 acc1)"
 fi
+fi
 
-section "3. resume, repetition, prefetch"
+if section "3. resume, repetition, prefetch"; then
 # 20 steps straight (checkpoint every 10) against a resume from the step-10 checkpoint
 R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0 --deterministic 1 $FLAGS"
 # resume_pair PREC_SUFFIX WHAT [TAG FLAG...]: runs A (straight) and B (resumed at 10) of the
@@ -277,8 +281,9 @@ lf=$(col A_fp8 2 | tail -1)
 awk -v b="$lb" -v f="$lf" 'BEGIN { exit !(b > 0 && f > 0 && (f - b) / b < 0.05 && (b - f) / b < 0.05) }'
 verdict $? "--fp8 1: step 20's loss $lf, bf16's $lb (within 5%)" \
     "--fp8 1: step 20's loss ${lf:-none}, bf16's ${lb:-none}"
+fi
 
-section "4. fp16 loss scaler"
+if section "4. fp16 loss scaler"; then
 # Steps 5 and 11 overflow (test hooks), and 5 clean steps in a row double the scale (a window
 # under 5 would double it at step 4, before the first overflow). Expected: 65536 at the
 # start, halved to 32768 at step 5, doubled back after steps 6-10, halved to 32768 again at
@@ -314,14 +319,16 @@ if [ "$(echo "$a" | grep -c .)" = 12 ] && [ "$a" = "$b" ] &&
     pass "loss scaler: 12 steps straight and 6 + resume 6: step lines and final model identical"
 else fail "loss scaler: straight vs resumed: $(diff <(echo "$a") <(echo "$b") | head -3 | tr '\n' ' ') $(cmp \
     "$W/lsA/model_00000012.bin" "$W/lsB/model_00000012.bin" 2>&1 | head -1)"; fi
+fi
 
-section "5. collectives"
+if section "5. collectives"; then
 run comm comm_nccl1 120 mpirun --allow-run-as-root -np 1 "$BIN/test_comm" --backend nccl
 suite "test_comm --backend nccl, 1 rank" comm_nccl1 $?
 run comm comm_mpi2 180 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$BIN/test_comm" --backend mpi
 suite "test_comm --backend mpi, 2 ranks on one GPU" comm_mpi2 $?
+fi
 
-section "6. kill -9 and resume"
+if section "6. kill -9 and resume"; then
 # The test trains on data/tinyshakespeare and first runs the data step, which finds the
 # shards up to date only beside input.txt and newer than it and than the tokenizer binary.
 # No compiler and no network here: the shards come from $DATA, and PREPRO names a stand-in
@@ -354,9 +361,10 @@ for v in $KILL_VARIANTS; do
         TRIALS="$KILL_TRIALS" PREPRO="$prepro" bash dev/test/test_kill_resume.sh
     suite "kill -9 loop, $v, $KILL_TRIALS trials (test_kill_resume.sh)" "kill_$v" $?
 done
+fi
 
 if [ "$QUICK" != 1 ]; then
-section "7. timing runs (d12, B=64, T=1024)"
+if section "7. timing runs (d12, B=64, T=1024)"; then
 for r in 1 0 2 fp16; do
     steps=30
     [ $r != 1 ] && steps=15
@@ -387,9 +395,9 @@ rc=$?
 if [ $rc = 0 ] && grep -q 'sum of phases' "$W/d12_profile.log"; then pass "profile run (d12 -r 1 --profile 1)"
 else fail "profile run: exit $rc, no phase table"; fi
 sed -n '/^profile:/,/sum of phases/p' "$W/d12_profile.log" | tee -a "$SUMMARY"
+fi
 
-if [ "$SKIP_TESTS" != 1 ]; then
-    section "8. memcheck"
+if [ "$SKIP_TESTS" != 1 ] && section "8. memcheck"; then
     if command -v compute-sanitizer > /dev/null; then
         run memcheck memcheck 150 compute-sanitizer --tool memcheck "$BIN/test_gpt2cu" --ref-dir "$W/ref_small"
         rc=$?
@@ -402,7 +410,7 @@ if [ "$SKIP_TESTS" != 1 ]; then
 fi
 fi  # QUICK
 
-section "9. Hugging Face export"
+if section "9. Hugging Face export"; then
 # a d12 trained 200 steps, exported by build/export_hf, loaded by transformers: its loss on
 # the first validation batch against train_gpt2cu's, generate() runs; the import gives the
 # checkpoint back byte for byte
@@ -420,8 +428,9 @@ if [ -x "$BIN/export_hf" ] && python3 -c 'import transformers' 2> /dev/null; the
 else
     note "     Hugging Face export skipped: no $BIN/export_hf or no transformers"
 fi
+fi
 
-section "10. HellaSwag"
+if section "10. HellaSwag"; then
 # a small model trained 300 steps on Tiny Shakespeare, scored on the HellaSwag-like set of
 # scripts/gpu_bundle.sh (2000 examples): the fp32 build's answers against the PyTorch
 # scorer's (dev/hellaswag_ref.py), the bf16 build's against PyTorch's, 2 ranks against 1
@@ -456,8 +465,9 @@ if [ -f "$HS" ] && python3 -c 'import torch' 2> /dev/null; then
 else
     note "     HellaSwag skipped: no $HS (scripts/gpu_bundle.sh) or no PyTorch"
 fi
+fi
 
-section "11. --trace"
+if section "11. --trace"; then
 # two traced steps of GPT-2 124M (bf16, B=8, T=256), without and with --offload 2: the file
 # passes scripts/plot_trace.py --validate, the GPU rows hold kernels (and with offload the
 # staging copies), each traced step's host span is within 5% of its time in metrics.jsonl,
@@ -503,5 +513,6 @@ PYEOF
     [ $? = 0 ] && [ $vrc = 0 ]
     verdict $? "--trace, --offload $off: $msg; $valid" "--trace, --offload $off: $msg; $valid $(failed "trace$off")"
 done
+fi
 
 finish

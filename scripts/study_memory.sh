@@ -184,8 +184,11 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             torch_row d24 b8_fsdp "-b 8 FSDP" --batch 8 --grad-accum 64 --compile none --fsdp plain
             torch_row d24 b8_fsdp_off "-b 8 FSDP CPU offload" --batch 8 --grad-accum 64 --compile none --fsdp offload
             torch_row d48 b4_ckpt "-b 4 checkpointing" --batch 4 --grad-accum 128 --compile blocks --checkpoint blocks
-            torch_row d48 b4_fsdp_off "-b 4 FSDP CPU offload, checkpointing" --batch 4 --grad-accum 128 --compile none \
-                --fsdp offload --checkpoint blocks
+            # FSDP's CPU offload moves every unit's parameters and gradients over PCIe each micro-step: at
+            # 128 micro-steps a step takes minutes, so this row runs 65,536 tokens a step (its host AdamW
+            # step then weighs 8 times more per token than at 524,288)
+            torch_row d48 b4_fsdp_off "-b 4 FSDP CPU offload, ckpt, 65k tok/step" --batch 4 --grad-accum 16 \
+                --compile none --fsdp offload --checkpoint blocks
             ;;
         *) echo "unknown part '$part' (d48 d24 d12 zero torch budget)"; exit 1 ;;
         esac
