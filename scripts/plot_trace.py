@@ -21,6 +21,7 @@ the first problem), 2 on bad usage, 77 when drawing was asked for but matplotlib
 """
 import argparse
 import json
+import re
 import math
 import os
 import sys
@@ -321,29 +322,20 @@ def check_span(ev, where, errors):
 
 def check_nesting(tr, errors):
     """On a host thread every span lies within the one around it or after it: the trainer
-    opens and closes them in nested order. On the GPU no two operations of one stream
-    overlap (a stream runs its work one item at a time; kernels overlap only across
-    streams, on rows of their own). The GPU's phase spans are left out of the nesting: each
-    runs from the first to the last operation its host phase launched, on whatever stream,
-    so one phase's copies or collectives may still run when the next phase's kernels start."""
+    opens and closes them in nested order. A GPU stream's operations are not held to it: a
+    kernel launched with programmatic dependent launch (cuBLASLt's split-K reduction after its
+    GEMM, for one) starts while the one before it on its stream is still finishing, and the
+    GPU's phase spans each run from the first to the last operation their host phase
+    launched, on whatever stream."""
     by_row = {}
     for s in tr.spans:
         by_row.setdefault((s.pid, s.tid), []).append(s)
     for key in tr.rows():
+        if tr.is_gpu(key[0]):
+            continue
         # parents first: earlier start, and at the same start the longer span
         spans = sorted(by_row[key], key=lambda s: (s.ts, -s.dur, s.index))
         where = f"\"{tr.thread[key]}\" (pid {key[0]}, tid {key[1]})"
-        if tr.is_gpu(key[0]):
-            last = None
-            for s in spans:
-                if s.cat not in GPU_OPS:
-                    continue
-                if last is not None and s.ts < last.end - EPS_US:
-                    errors.append(f"{tr.path}: on the GPU stream {where}, {s.label()} starts during "
-                                  f"{last.label()}: two operations of one stream overlap")
-                    continue
-                last = s
-            continue
         stack = []
         for s in spans:
             while stack and stack[-1].end <= s.ts + EPS_US:
@@ -584,15 +576,50 @@ def draw_timeline(tr, step, out):
     return rows, main
 
 
+MICRO_STEP = re.compile(r" \(micro-step (\d+)\)$")
+
+
+def fold_micro_steps(samples):
+    """What the memory picture draws: the samples in order, except that a micro-step whose
+    samples repeat the micro-step before it, phase for phase and byte for byte, is left out;
+    each run of such micro-steps leaves a label in its place (a trainer that allocates its
+    buffers once shows the same bars every micro-step, and 16 or 128 copies of them would
+    squeeze the picture)."""
+    groups = []  # [micro-step or None, its samples]
+    for s in samples:
+        m = MICRO_STEP.search(s["at"])
+        k = int(m.group(1)) if m else None
+        if groups and k is not None and groups[-1][0] == k:
+            groups[-1][1].append(s)
+        else:
+            groups.append([k, [s]])
+    key = lambda g: [(MICRO_STEP.sub("", s["at"]), s["bytes"]) for s in g]
+    shown, run = [], []
+    for i, (k, g) in enumerate(groups):
+        prev = groups[i - 1] if i else None
+        if k is not None and prev is not None and prev[0] is not None and key(g) == key(prev[1]):
+            run.append(k)
+            continue
+        if run:
+            shown.append(f"micro-step{'s %d-%d' % (run[0], run[-1]) if len(run) > 1 else ' %d' % run[0]}: "
+                         f"as micro-step {run[0] - 1}")
+            run = []
+        shown.extend(g)
+    if run:
+        shown.append(f"micro-steps {run[0]}-{run[-1]}: as micro-step {run[0] - 1}")
+    return shown
+
+
 def draw_memory(obj, out):
     plt = pyplot()
-    samples = obj["samples"]
+    shown = fold_micro_steps(obj["samples"])
+    samples = [s for s in shown if isinstance(s, dict)]
     cats = [c for c in obj["categories"] if any(s["bytes"].get(c, 0) for s in samples)]
     palette = plt.get_cmap("tab10")
     colour = {c: palette(i % 10) for i, c in enumerate(MEMORY_CATEGORIES)}
     div, unit = size_unit(obj["peak_bytes"])
-    x = list(range(len(samples)))
-    fig, ax = plt.subplots(figsize=(min(30.0, max(7.0, 1.0 + 0.7 * len(samples))), 5.2))
+    x = [i for i, s in enumerate(shown) if isinstance(s, dict)]
+    fig, ax = plt.subplots(figsize=(min(30.0, max(7.0, 1.0 + 0.7 * len(shown))), 5.2))
     base = [0.0] * len(samples)
     handles = []
     for c in cats:
@@ -602,10 +629,14 @@ def draw_memory(obj, out):
     peak = obj["peak_bytes"] / div
     at = next(s["at"] for s in samples if s["total"] == obj["peak_bytes"])
     ax.axhline(peak, color="black", lw=1.0, ls="--")
-    ax.text(len(samples) - 0.45, peak, f"peak {peak:.2f} {unit} ({at})", ha="right", va="bottom", fontsize=9)
-    ax.set_xticks(x)
-    ax.set_xticklabels([s["at"] for s in samples], rotation=30, ha="right", fontsize=8)
-    ax.set_xlim(-0.6, len(samples) - 0.4)
+    ax.text(len(shown) - 0.45, peak, f"peak {peak:.2f} {unit} ({at})", ha="right", va="bottom", fontsize=9)
+    for i, s in enumerate(shown):
+        if not isinstance(s, dict):
+            ax.text(i, peak * 0.5, s, ha="center", va="center", rotation=90, fontsize=8, color="dimgray")
+    ax.set_xticks(range(len(shown)))
+    ax.set_xticklabels([s["at"] if isinstance(s, dict) else "..." for s in shown], rotation=30, ha="right",
+                       fontsize=8)
+    ax.set_xlim(-0.6, len(shown) - 0.4)
     ax.set_ylim(0, peak * 1.12 if peak > 0 else 1)
     ax.set_ylabel(f"device memory, {unit}" if obj["program"] == "train_gpt2cu" else f"memory, {unit}")
     ax.grid(True, axis="y", alpha=0.3)

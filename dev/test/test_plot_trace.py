@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """dev/test/test_plot_trace.py: scripts/plot_trace.py on made-up traces: a CPU trainer's (host
 only) and a GPU trainer's (two host threads, three CUDA streams whose kernels, copies and
-collectives overlap across streams) are valid, and so is a memory trace; each malformed variant
-(not JSON, missing keys, a negative dur, a span without pid, tid, ts or dur, spans on one thread
-that overlap without nesting, two operations of one stream at once, a sample whose total is not
+collectives overlap across streams, and a split-K reduction starts before its GEMM on the same
+stream has ended, as programmatic dependent launch lets it) are valid, and so is a memory trace; each malformed variant
+(not JSON, missing keys, a negative dur, a span without pid, tid, ts or dur, spans on one host
+thread that overlap without nesting, a sample whose total is not
 the sum of its categories, a wrong peak_bytes, ...) is refused naming the file and the problem;
 the rows come host threads first, GPU work takes the colour of the GPU phase span that holds it;
 timelines and memory charts are written as whole PNGs, and without matplotlib drawing exits 77.
@@ -98,6 +99,9 @@ def gpu_step(step, t):
            span("cudaMemcpyAsync HtoD", "memcpy", GPU, COPIES, t + 60, 40, step, bytes=65536),
            span("forward", "phase", GPU, PHASES_ROW, t + 100, 318, step)]
     evs += [span(f"forward_kernel_{i}", "kernel", GPU, COMPUTE, t + 100 + 32 * i, 30, step) for i in range(10)]
+    # programmatic dependent launch: the reduction starts while its GEMM is finishing
+    evs[-1]["dur"] = 20.0
+    evs.append(span("splitKreduce_kernel", "kernel", GPU, COMPUTE, t + 100 + 32 * 9 + 19.7, 8, step))
     evs += [span("loss", "phase", GPU, PHASES_ROW, t + 420, 50, step),
             span("fused_classifier", "kernel", GPU, COMPUTE, t + 420, 25, step),
             span("loss_reduce", "kernel", GPU, COMPUTE, t + 445, 25, step),
@@ -219,9 +223,27 @@ def check_logic(cpu, gpu):
           str(by_name))
     check("only step 12's spans are drawn for --step 12", spans and all(s.step == 12 for s in spans)
           and len(spans) == len([s for s in tr.spans if s.step == 11]))
+    check_fold(pt)
     errors, tr = pt.validate_trace("cpu.json", cpu)
     check("the CPU-like trace: one row, the main thread",
           errors == [] and tr.rows() == [(HOST, MAIN)], "\n".join(errors))
+
+
+def check_fold(pt):
+    """the memory picture leaves out micro-steps that repeat the one before them"""
+    def sample(at, act):
+        return {"at": at, "t_us": 0.0, "bytes": {"parameters": 10, "activations (kept)": act}, "total": 10 + act}
+    samples = [sample("start of step", 5)]
+    for k in range(1, 6):
+        act = 7 if k == 4 else 5  # micro-step 4 differs from 3
+        samples += [sample(f"after forward (micro-step {k})", act), sample(f"after backward (micro-step {k})", 5)]
+    samples.append(sample("after update (micro-step 5)", 5))
+    shown = [s if isinstance(s, str) else s["at"] for s in pt.fold_micro_steps(samples)]
+    want = ["start of step", "after forward (micro-step 1)", "after backward (micro-step 1)",
+            "micro-steps 2-3: as micro-step 1", "after forward (micro-step 4)", "after backward (micro-step 4)",
+            "after forward (micro-step 5)", "after backward (micro-step 5)", "after update (micro-step 5)"]
+    check("memory picture: micro-steps 2-3 repeat micro-step 1 and are folded; 4 differs and 5 ends with the "
+          "update, so both are drawn", shown == want, str(shown))
 
 
 def trace_cases(cpu, gpu):
@@ -283,12 +305,6 @@ def trace_cases(cpu, gpu):
     variant("a phase that leaves its step (GPU trace, main thread)", gpu,
             lambda t: t["traceEvents"][find(t, name="update", pid=HOST, args={"step": 11})].update(dur=300.0),
             "without nesting in it")
-    variant("two kernels of one stream at once", gpu,
-            lambda t: t["traceEvents"][find(t, name="forward_kernel_4")].update(ts=t["traceEvents"][
-                find(t, name="forward_kernel_3")]["ts"] + 10, dur=10.0), "two operations of one stream overlap")
-    variant("a memset that starts during a kernel of its stream", gpu,
-            lambda t: t["traceEvents"][find(t, name="cudaMemsetAsync", args={"step": 11})].update(ts=t["traceEvents"][
-                find(t, name="copy_and_cast", args={"step": 11})]["ts"] + 30), "two operations of one stream overlap")
     return cases
 
 
