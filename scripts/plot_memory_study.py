@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The memory study's chart (scripts/study_memory.sh): for each model, one bar per row with
 its device memory at peak (the trainer's own figure; nvidia-smi's per-process figure for
-rows that share the GPU and for PyTorch's), labelled with tokens/s. Budgets are drawn as
-dashed lines.
+rows that share the GPU and for PyTorch's), labelled with tokens/s; a run that failed gets
+no bar, only its exit status. Budgets are drawn as dashed lines.
 
     python3 scripts/plot_memory_study.py out/study_memory/rows.tsv docs/img/memory_study.png
 """
@@ -20,6 +20,13 @@ def main():
         mine = [r for r in rows if r[1] == model]
         labels, values, colours, notes = [], [], [], []
         for r in mine:
+            if not r[12].startswith("rc=0"):
+                # a run that failed (out of memory, say) has no peak to draw: its bar is empty
+                labels.append(("PyTorch: " if r[0] == "pytorch" else "") + r[3])
+                values.append(0.0)
+                colours.append("none")
+                notes.append("failed (%s)" % r[12].split()[0])
+                continue
             own = r[0] == "ours" and r[5] != "-"
             mib = float(r[5] if own else r[6]) if (r[5] if own else r[6]) not in ("-", "None", "0") else 0.0
             labels.append(("PyTorch: " if r[0] == "pytorch" else "") + r[3])

@@ -204,6 +204,11 @@ print("T=1024, 524,288 tokens per step (ZeRO rows: memory only, one micro-step, 
 print("%-8s %-5s %-38s %5s %10s %10s %9s %9s %6s %8s" % ("program", "model", "row", "ranks", "peak MiB",
       "smi MiB", "host MiB", "tok/s", "MFU %", "J/step"))
 for r in rows:
+    if not r[12].startswith("rc=0"):
+        # a failed run's figures (nvidia-smi's until it died) are not a result
+        print("%-8s %-5s %-38s %5s %s" % (r[0], r[1], r[3][:38], r[4], "failed (%s; its log says why)"
+                                          % r[12].split()[0]))
+        continue
     print("%-8s %-5s %-38s %5s %10s %10s %9s %9s %6s %8s" % (r[0], r[1], r[3][:38], r[4], r[5], r[6], r[7], r[8],
                                                                 r[9], r[10]))
 print()
