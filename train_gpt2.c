@@ -15,6 +15,7 @@
 #include "common/sgemm.h"
 #include "common/tokenizer.h"
 #include "common/train_common.h"
+#include "common/generate.h"
 #include <float.h>
 #include <math.h>
 #ifdef _OPENMP
@@ -546,8 +547,154 @@ static void next_logits(void *m, const int *ids, int n, float *logits) {
            (size_t)model->config.vocab_size * sizeof(float));
 }
 
+// ----------------------------------------------------------------------------
+// Sampling with a KV cache: each layer keeps the keys and values of the text so far, so a
+// new token costs one position's forward pass instead of the whole text's (common/generate.h
+// decides which positions a call must compute).
+
+typedef struct {
+    GPT2 *model;
+    int maxT;
+    float *k, *v;      // (L, maxT, C): each layer's key and value of each position
+    int *ids, filled;  // the text whose keys and values k and v hold
+    // one position's activations
+    float *x, *ln, *qkv, *atty, *attproj, *residual2, *fch, *fch_gelu, *fcproj, *logits, *att, mean, rstd;
+} KVCache;
+
+static void kv_cache_init(KVCache *kv, GPT2 *model, int maxT) {
+    const GPT2Config *c = &model->config;
+    size_t L = c->num_layers, C = c->channels;
+    kv->model = model;
+    kv->maxT = maxT;
+    kv->k = (float *)xmalloc(L * maxT * C * sizeof(float));
+    kv->v = (float *)xmalloc(L * maxT * C * sizeof(float));
+    kv->ids = (int *)xmalloc((size_t)maxT * sizeof(int));
+    kv->filled = 0;
+    kv->x = (float *)xmalloc(C * sizeof(float)); kv->ln = (float *)xmalloc(C * sizeof(float));
+    kv->qkv = (float *)xmalloc(3 * C * sizeof(float)); kv->atty = (float *)xmalloc(C * sizeof(float));
+    kv->attproj = (float *)xmalloc(C * sizeof(float)); kv->residual2 = (float *)xmalloc(C * sizeof(float));
+    kv->fch = (float *)xmalloc(4 * C * sizeof(float)); kv->fch_gelu = (float *)xmalloc(4 * C * sizeof(float));
+    kv->fcproj = (float *)xmalloc(C * sizeof(float));
+    kv->logits = (float *)xmalloc((size_t)c->padded_vocab_size * sizeof(float));
+    kv->att = (float *)xmalloc((size_t)c->num_heads * maxT * sizeof(float));
+}
+
+static void kv_cache_free(KVCache *kv) {
+    free(kv->k); free(kv->v); free(kv->ids); free(kv->x); free(kv->ln); free(kv->qkv); free(kv->atty);
+    free(kv->attproj); free(kv->residual2); free(kv->fch); free(kv->fch_gelu); free(kv->fcproj); free(kv->logits);
+    free(kv->att);
+}
+
+// Position n-1's attention over the keys and values of positions 0..n-1 (k, v: rows of C):
+// attention_forward's arithmetic for its last row, q the first C of that position's qkv.
+static void attention_forward_position(float *out, float *att, const float *q, const float *k, const float *v,
+                                       int n, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for
+    for (int h = 0; h < NH; h++) {
+        float *a = att + (size_t)h * n;
+        float maxv = -FLT_MAX;
+        for (int t2 = 0; t2 < n; t2++) {
+            const float *kt = k + (size_t)t2 * C + h * hs;
+            float s = 0.0f;
+            for (int i = 0; i < hs; i++) s += q[h * hs + i] * kt[i];
+            s *= scale;
+            a[t2] = s;
+            if (s > maxv) maxv = s;
+        }
+        float sum = 0.0f;
+        for (int t2 = 0; t2 < n; t2++) {
+            a[t2] = expf(a[t2] - maxv);
+            sum += a[t2];
+        }
+        for (int t2 = 0; t2 < n; t2++) a[t2] /= sum;
+        float *o = out + h * hs;
+        for (int i = 0; i < hs; i++) o[i] = 0.0f;
+        for (int t2 = 0; t2 < n; t2++) {
+            const float *vt = v + (size_t)t2 * C + h * hs;
+            for (int i = 0; i < hs; i++) o[i] += a[t2] * vt[i];
+        }
+    }
+}
+
+// The forward of one position: its key and value join the cache, its logits land in kv->logits.
+static void kv_forward_position(KVCache *kv, int token, int pos) {
+    GPT2 *model = kv->model;
+    const GPT2Config *c = &model->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    float **p = model->param;
+    encoder_forward(kv->x, &token, p[P_WTE], p[P_WPE] + (size_t)pos * C, 1, 1, C);
+    for (int l = 0; l < L; l++) {
+        float *k = kv->k + (size_t)l * kv->maxT * C, *v = kv->v + (size_t)l * kv->maxT * C;
+        layernorm_forward(kv->ln, &kv->mean, &kv->rstd, kv->x, p[P_LN1W] + l * C, p[P_LN1B] + l * C, 1, C);
+        matmul_forward(kv->qkv, kv->ln, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, 1, C, 3 * C);
+        memcpy(k + (size_t)pos * C, kv->qkv + C, (size_t)C * sizeof(float));
+        memcpy(v + (size_t)pos * C, kv->qkv + 2 * C, (size_t)C * sizeof(float));
+        attention_forward_position(kv->atty, kv->att, kv->qkv, k, v, pos + 1, C, NH);
+        matmul_forward(kv->attproj, kv->atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, 1, C, C);
+        residual_forward(kv->residual2, kv->x, kv->attproj, C);
+        layernorm_forward(kv->ln, &kv->mean, &kv->rstd, kv->residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, 1, C);
+        matmul_forward(kv->fch, kv->ln, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C, 1, C, 4 * C);
+        gelu_forward(kv->fch_gelu, kv->fch, 4 * (size_t)C);
+        matmul_forward(kv->fcproj, kv->fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, 1,
+                       4 * C, C);
+        residual_forward(kv->x, kv->residual2, kv->fcproj, C);
+    }
+    layernorm_forward(kv->ln, &kv->mean, &kv->rstd, kv->x, p[P_LNFW], p[P_LNFB], 1, C);
+    matmul_forward(kv->logits, kv->ln, p[P_WTE], NULL, 1, C, Vp);
+}
+
+// next_logits with the cache: only the positions the cache lacks.
+static void next_logits_cached(void *k, const int *ids, int n, float *logits) {
+    KVCache *kv = (KVCache *)k;
+    for (int pos = kv_cache_reuse(kv->ids, &kv->filled, ids, n); pos < n; pos++) {
+        int id = ids[pos];
+        if (id < 0 || id >= kv->model->config.vocab_size)
+            fatal("token id %d at position %d is outside the vocabulary (%d)", id, pos, kv->model->config.vocab_size);
+        kv_forward_position(kv, id, pos);
+    }
+    memcpy(logits, kv->logits, (size_t)kv->model->config.vocab_size * sizeof(float));
+}
+
+// A sample of the text generated from the start token and --prompt, within the context of
+// maxT tokens: through the KV cache unless --kv-cache 0.
 static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const TrainOptions *o, uint64_t *rng, Logger *lg) {
-    sample_text(tok, o, model->T, model->config.vocab_size, rng, lg, next_logits, model);
+    if (!o->kv_cache) {
+        sample_text(tok, o, model->T, model->config.vocab_size, rng, lg, next_logits, model);
+        return;
+    }
+    KVCache kv;
+    kv_cache_init(&kv, model, model->T);
+    sample_text(tok, o, model->T, model->config.vocab_size, rng, lg, next_logits_cached, &kv);
+    kv_cache_free(&kv);
+}
+
+// --generate: no training; the model of -e continues --prompt for -g tokens within its
+// whole context (its max_seq_len, not -t).
+static int generate_main(const TrainOptions *o) {
+    GPT2Config cfg;
+    float *params = gpt2_params_from_model_arg(o->model_arg, 1, (uint64_t)o->seed, &cfg);
+    GPT2 model;
+    gpt2_build(&model, &cfg, params);
+    Tokenizer tok;
+    tokenizer_init(&tok, o->tokenizer_dir);
+    if (cfg.vocab_size <= GPT2_EOT)
+        fatal("--generate: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)", cfg.vocab_size, GPT2_EOT + 1);
+    int maxT = cfg.max_seq_len;
+    print_model_banner(&cfg);
+    if (o->kv_cache) {
+        KVCache kv;
+        kv_cache_init(&kv, &model, maxT);
+        generate_text(&tok, o, maxT, cfg.vocab_size, next_logits_cached, &kv);
+        kv_cache_free(&kv);
+    } else {
+        gpt2_alloc_activations(&model, 1, maxT);
+        generate_text(&tok, o, maxT, cfg.vocab_size, next_logits, &model);
+    }
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -692,6 +839,7 @@ int main(int argc, char **argv) {
     args_parse_table(argc, argv, &options,
                      "usage: train_gpt2 [options]\n\nTrains GPT-2 on the CPU in fp32 (threads: OMP_NUM_THREADS).");
     train_options_validate(&o);  // before any large allocation
+    if (o.generate) return generate_main(&o);
     int B = o.B, T = o.T;
 
     GPT2Config cfg;

@@ -7,7 +7,8 @@
 #define COMMON_ARGS_H
 #include "util.h"
 
-// ARG_SWITCH: an int that must be 0 or 1 (checked here, with one message for every switch).
+// ARG_SWITCH: an int that must be 0 or 1 (checked here, with one message for every switch);
+// given alone (the next argument another option, or none), it means 1: --generate -e m.bin.
 // ARG_REFUSED: a flag of llm.c's that this program does not support; giving it stops the
 // program with its help text, which says what to use instead.
 typedef enum { ARG_INT, ARG_SWITCH, ARG_FLOAT, ARG_STRING, ARG_REFUSED } ArgType;
@@ -107,7 +108,10 @@ static inline void args_parse(int argc, char **argv, const ArgSpec *specs, int n
                 !strcmp(name, specs[i].long_flag)) s = &specs[i];
         }
         if (!s) fatal("unknown option '%s' (see --help)", arg);
+        long num;
         if (eq) value = eq + 1;
+        else if (s->type == ARG_SWITCH && (a + 1 >= argc || (argv[a + 1][0] == '-' && !parse_long(argv[a + 1], &num))))
+            value = "1";  // a switch alone, followed by the next option or by nothing: on
         else if (a + 1 < argc) value = argv[++a];
         else fatal("option %s needs a value (see --help)", name);
         if (s->type == ARG_INT) {

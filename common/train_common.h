@@ -30,6 +30,7 @@ typedef struct {
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overwrite, overfit, seed, shuffle, check_data, max_skipped, hellaswag;
     int ckpt_keep, ckpt_major, top_k, loader_threads;
+    int generate, kv_cache;  // --generate: sample from -e and exit (common/generate.h); sampling's KV cache
     float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z, top_p;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
@@ -69,10 +70,11 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->check_data = 1;
     o->top_p = 1.0f;
     o->max_skipped = 100;
+    o->kv_cache = 1;
 }
 
 // Options both trainers take: a trainer's option table starts with these and adds its own.
-#define TRAIN_OPTIONS_COUNT 42
+#define TRAIN_OPTIONS_COUNT 44
 static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     const int n0 = t->n;
     args_add(t, "-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
@@ -109,6 +111,12 @@ static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     args_add(t, NULL, "--top-k", ARG_INT, &o->top_k, "sample among the k most likely tokens only (0: all)");
     args_add(t, NULL, "--top-p", ARG_FLOAT, &o->top_p,
              "sample among the most likely tokens whose probabilities add up to p (1: all)");
+    args_add(t, NULL, "--generate", ARG_SWITCH, &o->generate,
+             "generate -g tokens after --prompt from the model of -e, print them as they come and exit (no "
+             "training, no data)");
+    args_add(t, NULL, "--kv-cache", ARG_SWITCH, &o->kv_cache,
+             "1: sampling keeps each layer's keys and values, so a token costs one position's forward; 0: the "
+             "whole text's forward for each token");
     args_add(t, "-n", "--checkpoint-every", ARG_INT, &o->ckpt_every,
              "write a checkpoint to -o every N steps and at the end (-1: at the end only; 0: never)");
     args_add(t, "-nk", "--checkpoints-keep", ARG_INT, &o->ckpt_keep,

@@ -1,0 +1,90 @@
+// common/generate.h: text generation from a trained model, written once for both trainers:
+// the KV cache's bookkeeping (which positions of a text a cache already holds) and the
+// --generate mode (a prompt, -g tokens printed as they come, tokens/s at the end). The
+// trainers supply the model's next-token logits (NextLogitsFn), cached or not.
+#ifndef COMMON_GENERATE_H
+#define COMMON_GENERATE_H
+
+#include "train_common.h"
+#include <time.h>
+
+// A KV cache holds the keys and values of cached[0..*filled). Sampling asks for the logits
+// after a text that extends it by one token, so only the new position needs computing; a
+// text that differs earlier (a new sample, a slid window) is recomputed from the first
+// difference. Records the new text and returns the first position to compute: always at
+// most n - 1, since the logits wanted are the last position's.
+static inline int kv_cache_reuse(int *cached, int *filled, const int *ids, int n) {
+    int keep = 0;
+    while (keep < *filled && keep < n - 1 && cached[keep] == ids[keep]) keep++;
+    for (int i = keep; i < n; i++) cached[i] = ids[i];
+    *filled = n;
+    return keep;
+}
+
+static inline double generate_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void generate_print_token(const Tokenizer *tok, int id) {
+    size_t len;
+    const uint8_t *bytes = tokenizer_token_bytes(tok, (uint32_t)id, &len);
+    if (bytes) fwrite(bytes, 1, len, stdout);
+    fflush(stdout);
+}
+
+// --generate: the text starts with the end-of-text token and the prompt's tokens (the last
+// maxT - 1 of them when the prompt is longer, which is said); -g tokens follow, sampled with
+// --temperature, --top-k, --top-p and --seed, and printed as they come. A text that fills
+// the context (maxT tokens) slides: its newest half stays and generation continues from it
+// (recomputed once); the end says how often. Then the speed: the first token's time holds
+// the prompt's forward, the rest one position each with the KV cache.
+static inline void generate_text(const Tokenizer *tok, const TrainOptions *o, int maxT, int V,
+                                 NextLogitsFn next_logits, void *model) {
+    uint64_t rng = rng_seed((uint64_t)o->seed ^ 0x6e657874ULL);
+    int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
+    TokenVec tv = prompt_tokens(tok, o->prompt);
+    size_t keep = tv.len < (size_t)maxT - 1 ? tv.len : (size_t)maxT - 1;
+    if (keep < tv.len)
+        printf("generate: --prompt is %zu tokens, more than the context holds (%d, one of them the start token): "
+               "generation starts from its last %zu\n", tv.len, maxT, keep);
+    int n = 0;
+    ids[n++] = GPT2_EOT;
+    for (size_t i = tv.len - keep; i < tv.len; i++) ids[n++] = (int)tv.data[i];
+    tokenvec_free(&tv);
+    printf("generate: %d tokens after a prompt of %d, context %d, temperature %g, top-k %d, top-p %g, seed %d, "
+           "KV cache %s\n", o->gen_tokens, n - 1, maxT, o->temperature, o->top_k, o->top_p, o->seed,
+           o->kv_cache ? "on" : "off (the whole text again for each token)");
+    printf("----\n");
+    for (int i = 1; i < n; i++) generate_print_token(tok, ids[i]);
+    float *probs = (float *)xmalloc((size_t)V * sizeof(float));
+    int slides = 0;
+    double t0 = generate_now(), t_first = 0;
+    for (int g = 0; g < o->gen_tokens; g++) {
+        if (n == maxT) {
+            int k = maxT / 2;
+            memmove(ids, ids + n - k, (size_t)k * sizeof(int));
+            n = k;
+            slides++;
+        }
+        next_logits(model, ids, n, probs);
+        int id = sample_from_logits(probs, probs, V, o->temperature, o->top_k, o->top_p, &rng);
+        ids[n++] = id;
+        generate_print_token(tok, id);
+        if (g == 0) t_first = generate_now() - t0;
+    }
+    double dt = generate_now() - t0;
+    printf("\n----\n");
+    if (o->gen_tokens > 0)
+        printf("generate: %d tokens in %.2f s: %.1f tokens/s (the first, with the prompt's forward, %.1f ms; then "
+               "%.2f ms a token)\n", o->gen_tokens, dt, o->gen_tokens / dt, 1e3 * t_first,
+               o->gen_tokens > 1 ? 1e3 * (dt - t_first) / (o->gen_tokens - 1) : 0.0);
+    if (slides)
+        printf("generate: the text filled the context (%d tokens) %d time(s); each time generation went on from "
+               "its newest %d tokens\n", maxT, slides, maxT / 2);
+    free(probs);
+    free(ids);
+}
+
+#endif  // COMMON_GENERATE_H
