@@ -25,6 +25,8 @@
 #  11. --trace and --memory-trace: two steps' timeline from the bf16 build, without and with
 #      --offload 2: valid, kernels (and offload's copies) on the GPU rows, step spans equal to
 #      the step times; the memory trace valid, its peak the run's reported peak
+#  12. generation with the KV cache: dev/test/test_generate.sh on the fp32 build, and a d12's
+#      32 greedy tokens in bf16 the same with and without the cache
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -64,7 +66,7 @@ verdict() { if [ "$1" = 0 ]; then pass "$2"; else fail "$3"; fi; }
 # section "N. title": a section starts, unless UPTO stops the run before it
 # (returns 1, so that its body is skipped, when FROM starts the run after it)
 section() {
-    [ "${1%%.*}" -gt "${UPTO:-11}" ] && finish
+    [ "${1%%.*}" -gt "${UPTO:-12}" ] && finish
     [ "${1%%.*}" -lt "${FROM:-1}" ] && return 1
     note "== $* (at ${SECONDS} s)"
 }
@@ -513,6 +515,27 @@ PYEOF
     [ $? = 0 ] && [ $vrc = 0 ]
     verdict $? "--trace, --offload $off: $msg; $valid" "--trace, --offload $off: $msg; $valid $(failed "trace$off")"
 done
+fi
+
+if section "12. generation"; then
+# the KV cache on the GPU: dev/test/test_generate.sh against the fp32 build (cached and
+# uncached text the same); then a d12 trained 60 steps on Tiny Shakespeare, 32 tokens greedy
+# in the bf16 build with the cache and without it (--kv-cache 0: the training forward over
+# the whole text for each token): the same tokens
+run generate gen_fp32 300 env TRAINER="$BIN/train_gpt2cu_fp32" TS="$DATA" bash dev/test/test_generate.sh
+suite "test_generate.sh, fp32 build" gen_fp32 $?
+# shellcheck disable=SC2086  # $TR: a word list
+run generate gen_train 120 "$BIN/train_gpt2cu" -e d12 -b 8 -t 1024 -x 60 -l 6e-4 -u 10 -v 0 -s 0 $TR -o "$W/gen_run"
+for c in 1 0; do
+    run generate "gen_bf16_$c" 120 "$BIN/train_gpt2cu" --generate -e "$W/gen_run/model_00000060.bin" --prompt "ROMEO:" \
+        -g 32 --top-k 1 --kv-cache $c
+done
+a=$(sed -n '/^----$/,/^----$/p' "$W/gen_bf16_1.log")
+b=$(sed -n '/^----$/,/^----$/p' "$W/gen_bf16_0.log")
+[ -n "$a" ] && [ "$a" = "$b" ]
+verdict $? "bf16, d12 trained 60 steps: 32 greedy tokens the same with and without the KV cache ($(grep -m1 'tokens/s' \
+    "$W/gen_bf16_1.log" | sed 's/^generate: //'))" "bf16 d12 greedy, cached against uncached: '$(echo "$a" | tr '\n' ' ' |
+    cut -c1-200)' against '$(echo "$b" | tr '\n' ' ' | cut -c1-200)' $(failed gen_train gen_bf16_1 gen_bf16_0)"
 fi
 
 finish

@@ -162,6 +162,7 @@ run kill-resume ./dev/test/test_kill_resume.sh
 run run-dir ./dev/test/test_run_dir.sh
 # --trace: the timeline of a few steps, on the CPU trainer
 run trace ./dev/test/test_trace.sh
+# --generate and sampling with the KV cache, cached against uncached
 run generate ./dev/test/test_generate.sh
 # the checkpoint comparator of dev/test/same_behaviour_gpu.sh, on the CPU trainer's checkpoints
 run compare-checkpoints ./dev/test/test_compare_checkpoints.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_generate.sh: generation with the KV cache, on the CPU trainer (TRAINER= names another
-# program with the same options, e.g. a GPU build). A small model is trained for a few steps
-# on Tiny Shakespeare; then, from its checkpoint and from a random model:
+# program with the same options, e.g. a GPU build; TS= the folder of the Tiny Shakespeare
+# shards). A small model is trained for a few steps on Tiny Shakespeare; then, from its
+# checkpoint and from a random model:
 #   - greedy generation (--top-k 1) with the cache gives the same tokens as without it
 #     (--kv-cache 0: the whole text's forward for each token), and so does sampling with a
 #     temperature, --top-p and a seed;
@@ -17,7 +18,7 @@ TRAINER=${TRAINER:-./train_gpt2}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 [ -x "$TRAINER" ] || { echo "$TRAINER is not built (make train_gpt2)"; exit 1; }
-TS=data/tinyshakespeare
+TS=${TS:-data/tinyshakespeare}
 [ -f "$TS/tiny_shakespeare_val_000000.bin" ] || ./dev/data/tinyshakespeare.sh > /dev/null 2>&1 ||
     { echo "error: the Tiny Shakespeare shards are missing (make data)"; exit 1; }
 DATA=(-i "$TS/tiny_shakespeare_train_*.bin" -j "$TS/tiny_shakespeare_val_*.bin")
