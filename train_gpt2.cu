@@ -20,6 +20,7 @@
 //   gpu/memory_plan.cuh    the device-memory plan (--max-device-memory) and the memory report
 //   gpu/phases.cuh         NVTX ranges and --profile's time per phase of the step
 //   gpu/trace_gpu.cuh      --trace's GPU rows: kernels, copies and phases from CUPTI
+//   gpu/generate.cuh       sampling and --generate with a KV cache
 //   kernels/<layer>.cuh    one layer's kernels and launchers a file (and comm, offload, graphs)
 //   common/*.h             what both trainers share: options, data loader, formats, logger, tokenizer
 #include "common/util.h"
