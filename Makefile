@@ -4,7 +4,12 @@
 # and OpenMP. CUDA programs build with nvcc when it is on the PATH.
 #   make BLAS=1 ...        use OpenBLAS for the CPU trainer's matmuls
 #   make PRECISION=FP32    GPU build precision: BF16 (default), FP16 or FP32
-#   make GPU_ARCH=90       GPU target: 90a (default, Hopper with wgmma) or 90
+#   make GPU_ARCH=86       the GPUs the CUDA programs are built for. Default: this machine's
+#                          first GPU (nvidia-smi: 9.0 -> 90a, Hopper with wgmma; 8.9 -> 89;
+#                          8.6 -> 86; 8.0 -> 80; a newer one its own number), and with no GPU
+#                          here all: sm_80, sm_86, sm_89 and sm_90a in one binary, plus PTX
+#                          that the driver compiles for newer GPUs. Or 90a, 90, 89, 86, 80 by
+#                          hand; 90 leaves out the wgmma kernels. Below 8.0 is refused.
 
 CC ?= gcc
 CFLAGS ?= -O3 -march=native
@@ -22,12 +27,38 @@ endif
 
 NVCC ?= nvcc
 PRECISION ?= BF16
-# 90a: Hopper with its wgmma instructions (the flash attention kernels of
-# kernels/attention_sm90.cuh); GPU_ARCH=90 builds the mma.sync kernels only
-GPU_ARCH ?= 90a
-FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH)),1,0)
-NVCC_ARCH_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DFLASH_WGMMA=$(FLASH_WGMMA) \
-                  -DGPU_CC=$(subst a,,$(GPU_ARCH)) -I.
+# GPU_ARCH (see above). The variables below are expanded only by the recipes that run nvcc,
+# so that nvidia-smi runs, at most once, only for a make that builds GPU code.
+comma := ,
+GPU_ARCHS_ALL = 80 86 89 90a
+# this machine's first GPU as "<capability>, <name>" ("9.0, NVIDIA H100 80GB HBM3"); empty
+# without one, or where nvidia-smi is too old to name the capability (then as without a GPU)
+GPU_SMI = nvidia-smi --query-gpu=compute_cap,name --format=csv,noheader 2>/dev/null | \
+          sed -n '1{/^ *[0-9][0-9]*\.[0-9][0-9]*$(comma)/p;}'
+GPU_HERE = $(eval GPU_HERE := $$(shell $$(GPU_SMI)))$(GPU_HERE)
+GPU_HERE_CC = $(subst $(comma),,$(firstword $(GPU_HERE)))
+GPU_HERE_NAME = $(wordlist 2,$(words $(GPU_HERE)),$(GPU_HERE))
+GPU_HERE_ARCH = $(if $(shell [ $(subst .,,$(GPU_HERE_CC)) -ge 80 ] && echo ok),\
+                  $(if $(filter 9.0,$(GPU_HERE_CC)),90a,$(subst .,,$(GPU_HERE_CC))),\
+                  $(error this machine's GPU ($(GPU_HERE_NAME)) is compute capability $(GPU_HERE_CC): the GPU \
+                    programs need 8.0 (A100) or newer; make GPU_ARCH=all builds them for the GPUs they support))
+GPU_ARCH ?= $(if $(GPU_HERE),$(strip $(GPU_HERE_ARCH)),all)
+# sm_90a runs everything sm_90 would
+GPU_ARCH_LIST = $(if $(filter 90a,$(GPU_ARCH_ALL_LIST)),$(filter-out 90,$(GPU_ARCH_ALL_LIST)),$(GPU_ARCH_ALL_LIST))
+GPU_ARCH_ALL_LIST = $(if $(filter all,$(GPU_ARCH)),$(GPU_ARCHS_ALL),$(GPU_ARCH))
+# the values of GPU_ARCH that are not a compute capability of 8.0 or newer (80, 86, 90a, 100f, ...)
+GPU_ARCH_BAD = $(shell for a in $(GPU_ARCH_LIST); do n=$${a%[af]}; case $$n in (''|*[!0-9]*) echo $$a;; \
+                 (*) [ $$n -ge 80 ] || echo $$a;; esac; done)
+GPU_GENCODE = $(if $(GPU_ARCH_BAD),$(error GPU_ARCH=$(GPU_ARCH): $(GPU_ARCH_BAD) is not a compute capability of 8.0 \
+                (A100) or newer; use all$(comma) 90a$(comma) 90$(comma) 89$(comma) 86$(comma) 80 or a newer one)) \
+              $(foreach a,$(GPU_ARCH_LIST),-gencode arch=compute_$(a)$(comma)code=sm_$(a)) \
+              $(if $(filter all,$(GPU_ARCH)),-gencode arch=compute_80$(comma)code=compute_80)
+# FLASH_WGMMA=1: the build includes sm_90a, whose wgmma flash attention (kernels/attention_sm90.cuh)
+# runs where the GPU is compute capability 9.0; every other GPU runs the mma.sync kernels
+FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH_LIST)),1,0)
+# several architectures: their device passes in parallel (train_gpt2cu for all on 2 cores: 29 s, not 37)
+NVCC_ARCH_FLAGS = -O3 -std=c++17 $(strip $(GPU_GENCODE)) $(if $(word 2,$(GPU_ARCH_LIST)),--threads 0) \
+                  -DFLASH_WGMMA=$(FLASH_WGMMA) -I.
 # OpenMP on the host side: the random initialisation fills its chunks in parallel (common/rng.h)
 NVCC_FLAGS = $(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION) -DGIT_COMMIT=\"$(GIT_COMMIT)\" -Xcompiler -fopenmp
 NVCC_LIBS = -lcublas -lcublasLt -lnccl -ldl -lgomp
@@ -135,17 +166,32 @@ build/test_distributed: dev/test/test_distributed.c $(COMMON_H)  ## multi-proces
 	@mkdir -p build
 	$(MPICC) -std=c11 -O2 -Wall -Wextra -DUSE_MPI -I. -o $@ dev/test/test_distributed.c -lm
 
-build/test_comm: dev/test/test_comm.cu $(COMM_CUH) $(COMMON_H)  ## GPU collectives (NCCL, MPI) vs a host reference (GPU)
+# What a folder's CUDA programs were compiled for: build/nvcc_flags for those of the tree's
+# root and of build/ (GPU code and precision), build/cuda_<P>/nvcc_flags for a precision's
+# folder (GPU code). Rewritten only when it changes, and then newer than every program
+# depending on it: a build for another GPU_ARCH or PRECISION is rebuilt, never reused.
+build/nvcc_flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION)' | cmp -s - $@ || \
+	    echo '$(NVCC_ARCH_FLAGS) -DPRECISION=$(PRECISION)' > $@
+build/cuda_%/nvcc_flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(NVCC_ARCH_FLAGS)' | cmp -s - $@ || echo '$(NVCC_ARCH_FLAGS)' > $@
+.PRECIOUS: build/cuda_%/nvcc_flags
+# (no rule and no file: always out of date, so the two rules above always run)
+FORCE:
+
+build/test_comm: dev/test/test_comm.cu $(COMM_CUH) $(COMMON_H) build/nvcc_flags  ## GPU collectives (NCCL, MPI) vs a host reference (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -DUSE_MPI -DOMPI_SKIP_MPICXX $(NVCC_MPI_COMPILE) -o $@ dev/test/test_comm.cu \
 	    $(NVCC_LIBS) $(NVCC_MPI_LINK)
 
-build/test_nccl_id_file: dev/test/test_nccl_id_file.cu $(COMM_CUH) $(COMMON_H)  ## NCCL id file exchange (no GPU needed)
+build/test_nccl_id_file: dev/test/test_nccl_id_file.cu $(COMM_CUH) $(COMMON_H) build/nvcc_flags  ## NCCL id file exchange (no GPU needed)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_nccl_id_file.cu $(NVCC_LIBS)
 
 FP8_CUH = kernels/fp8.cuh common/fp8.h $(MATMUL_CUH) kernels/gelu.cuh
-build/test_fp8_host: dev/test/test_fp8_host.cu $(FP8_CUH) dev/test/testutil.h  ## FP8 encoder vs CUDA's (no GPU needed)
+build/test_fp8_host: dev/test/test_fp8_host.cu $(FP8_CUH) dev/test/testutil.h build/nvcc_flags  ## FP8 encoder vs CUDA's (no GPU needed)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8_host.cu $(NVCC_LIBS)
 
@@ -161,8 +207,9 @@ test:  ## run every test (the README's test command); first installs missing dep
 	PYTHON=$(PYTHON) MPICC=$(MPICC) ./scripts/install_deps.sh --ensure
 	@$(MAKE) --no-print-directory test-run
 
-# ./train_gpt2cu is the BF16 build whose command line test_train_cli.sh checks; run_all.sh
-# compiles every CUDA program in every precision (cuda-FP32, ...) as tests of their own
+# ./train_gpt2cu is the BF16 build (for GPU_ARCH: all on a machine without a GPU) whose
+# command line test_train_cli.sh checks; run_all.sh compiles every CUDA program in every
+# precision for sm_90a, and in bf16 for every GPU (cuda-FP32, ...), as tests of their own
 TEST_PREREQS = cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),train_gpt2cu build/test_nccl_id_file)
 TEST_PREREQS += $(if $(HAVE_NVCC),build/test_fp8_host)
 test-run: $(TEST_PREREQS)  ## make test without the dependency check
@@ -186,60 +233,61 @@ ATTN_TESTS = test_attention test_wgmma
 CUDA_TESTS = $(if $(filter FP32,$(PRECISION)),,$(addprefix build/,$(ATTN_TESTS)))
 # the FP8 test too (its fp16 build says it needs bf16, and exits 77)
 CUDA_TESTS += $(if $(filter FP32,$(PRECISION)),,build/test_fp8)
-cuda: train_gpt2cu test_gpt2cu $(CUDA_TESTS)  ## build the GPU trainer and its test (nvcc)
+cuda: train_gpt2cu test_gpt2cu $(CUDA_TESTS)  ## build the GPU trainer and its tests (nvcc) for this machine's GPU (GPU_ARCH)
 
-train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)  ## GPU trainer (one GPU, or several with mpirun / NCCL)
+train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/nvcc_flags  ## GPU trainer (one GPU, or several with mpirun / NCCL)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)  ## GPU trainer vs the PyTorch reference
+test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/nvcc_flags  ## GPU trainer vs the PyTorch reference
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-# Every CUDA program in one precision, in a folder of its own: make test compiles all three
-# so that a GPU build broken in any precision fails it (the GPU itself is not needed).
+# Every CUDA program in one precision, in a folder of its own, for GPU_ARCH (the folder's
+# nvcc_flags file rebuilds it for another): make test compiles all three so that a GPU build
+# broken in any precision, or for any GPU, fails it (the GPU itself is not needed).
 cuda-FP32: $(addprefix build/cuda_FP32/,train_gpt2cu test_gpt2cu)  ## every CUDA program in FP32, into build/cuda_FP32/
 cuda-FP16: $(addprefix build/cuda_FP16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, FP16
 cuda-BF16: $(addprefix build/cuda_BF16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, BF16
 
-build/cuda_%/train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)
+build/cuda_%/train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/cuda_%/test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H)
+build/cuda_%/test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h
+build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
-build/cuda_%/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH)
+build/cuda_%/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
 cuda-FP16: build/cuda_FP16/test_fp8
 cuda-BF16: build/cuda_BF16/test_fp8
-build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH)
+build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h  ## flash attention vs fp32 (GPU)
+build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
-build/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH)  ## wgmma building blocks vs a CPU product (GPU)
+build/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH) build/nvcc_flags  ## wgmma building blocks vs a CPU product (GPU 9.0)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
-build/test_fp8: dev/test/test_fp8.cu $(FP8_CUH)  ## FP8 casts and cuBLASLt matmul vs the CPU (GPU, bf16, sm_90a)
+build/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/nvcc_flags  ## FP8 casts and cuBLASLt matmul vs the CPU (GPU >= 8.9, bf16)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) common/energy.h  ## cuBLASLt algorithms, step shapes (GPU)
+build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) common/energy.h build/nvcc_flags  ## cuBLASLt algorithms, step shapes (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
 
 build/bench_fp8: kernels/fp8_linear.cuh common/energy.h
-build/bench_fp8: dev/bench_fp8.cu $(FP8_CUH)  ## FP8 vs bf16, each matmul of a step: ms, J, floor (GPU, bf16)
+build/bench_fp8: dev/bench_fp8.cu $(FP8_CUH) build/nvcc_flags  ## FP8 vs bf16, each matmul of a step: ms, J, floor (GPU 9.0, bf16)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_fp8.cu $(NVCC_LIBS)
 

@@ -21,6 +21,7 @@
 //   gpu/phases.cuh         NVTX ranges and --profile's time per phase of the step
 //   gpu/trace_gpu.cuh      --trace's GPU rows: kernels, copies and phases from CUPTI
 //   gpu/generate.cuh       sampling and --generate with a KV cache
+//   gpu/device_check.cuh   the GPU refused below compute capability 8.0 or without code for it
 //   kernels/<layer>.cuh    one layer's kernels and launchers a file (and comm, offload, graphs)
 //   common/*.h             what both trainers share: options, data loader, formats, logger, tokenizer
 #include "common/util.h"
@@ -39,6 +40,7 @@
 #include "gpu/trainer.cuh"
 #include "gpu/generate.cuh"
 #include "gpu/checkpoint.cuh"
+#include "gpu/device_check.cuh"
 #include "gpu/memory_plan.cuh"
 #include "gpu/trace_gpu.cuh"
 
@@ -132,13 +134,8 @@ static int gpu_open(const ProcessGroup *pg, int backend, cudaDeviceProp *prop) {
     int dev = pg->local_rank % dev_count;
     CUDA_CHECK(cudaSetDevice(dev));
     CUDA_CHECK(cudaGetDeviceProperties(prop, dev));
-#ifdef GPU_CC
-    // the binary holds machine code for one compute capability only (the Makefile's GPU_ARCH)
-    if (prop->major * 10 + prop->minor != GPU_CC)
-        fatal("this train_gpt2cu is built for GPUs of compute capability %d.%d (H100/H200), but GPU %d (%s) is %d.%d; "
-              "rebuild with make GPU_ARCH=%d%d (untested on other GPUs)", GPU_CC / 10, GPU_CC % 10, dev, prop->name,
-              prop->major, prop->minor, prop->major, prop->minor);
-#endif
+    // below 8.0, or a GPU the build has no code for (the Makefile's GPU_ARCH): refused here
+    device_check(dev, prop, "train_gpt2cu");
     return dev;
 }
 

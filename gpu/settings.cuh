@@ -89,7 +89,7 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
              "kernel");
     args_add(t, NULL, "--fp8", ARG_SWITCH, &s->fp8,
              "1: the linear layers' matmuls in FP8 (E4M3 weights and inputs, E5M2 gradients, per-tensor scales, "
-             "see --fp8-scaling; bf16 build, Hopper), 0: in bf16");
+             "see --fp8-scaling; bf16 build, GPUs of compute capability 8.9 and up), 0: in bf16");
     args_add(t, NULL, "--fp8-layers", ARG_STRING, &s->fp8_layers,
              "with --fp8 1, which linear layers: all, blocks (the four of every block), or head (the lm_head)");
     args_add(t, NULL, "--fp8-scaling", ARG_STRING, &s->fp8_scaling,
@@ -98,7 +98,7 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
     args_add(t, NULL, "--deterministic", ARG_SWITCH, &s->deterministic,
              "1: bitwise-reproducible runs (fixed summation order everywhere), 0: matmul algorithms picked by "
              "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size 128, "
-             "or GPU_ARCH=90): faster there, not bitwise reproducible");
+             "GPUs other than 9.0, or GPU_ARCH=90): faster there, not bitwise reproducible");
     if (!all) return;
     args_add(t, "-z", "--zero-stage", ARG_INT, &s->zero_stage,
              "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the "

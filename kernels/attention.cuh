@@ -276,10 +276,14 @@ static size_t flash_vb_offset(size_t rows) { return flash_align64(rows); }
 static size_t flash_dq_acc_offset(size_t rows, int C) {
     return flash_align64(flash_vb_offset(rows) + (size_t)FLASH_VB_PARTS * C);
 }
+// Whether this GPU runs the wgmma kernels of attention_sm90.cuh (defined there; false in the
+// fp32 build).
+static bool flash_wgmma_runs_here(void);
 // Whether the backward adds dq with atomics: --deterministic 0 on the mma.sync kernels. The
-// wgmma backward (head size 64 on sm_90a) is deterministic and the faster in both modes.
+// wgmma backward (head size 64 on a 9.0 GPU, build with sm_90a) is deterministic and the
+// faster in both modes. Without a GPU to ask (a memory plan), the atomic one: the larger scratch.
 static int flash_attention_atomic_dq(int hs, int deterministic) {
-    return !deterministic && !(FLASH_WGMMA && hs == 64);
+    return !deterministic && !(hs == 64 && flash_wgmma_runs_here());
 }
 
 static size_t flash_attention_backward_scratch_elems(int B, int T, int C, int NH, int deterministic) {
@@ -971,28 +975,50 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
 namespace flash {
 
 // tile shapes per head size (hs = 64: the fastest of the variants timed by
-// build/test_attention --bench; docs/performance-notes.md). AKV: the atomic-dq backward's one
-// kernel.
+// build/test_attention --bench on an H100; docs/performance-notes.md). AKV: the atomic-dq
+// backward's one kernel. Each fits the 99 KB of shared memory a block of sm_86 and sm_89 may
+// have, but for AKV at hs = 128 (107,008 bytes): AKV_SMALL_NW is the one for those GPUs.
 template <int HS> struct Cfg;
 template <> struct Cfg<64> {
     static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 2;  // 128 queries x 64 keys
     static constexpr int KV_NW = 2, KV_BM = 32, KV_KT = 2;     // 64 keys x 32 queries
     static constexpr int DQ_NW = 4, DQ_BN = 32, DQ_MT = 2;     // 128 queries x 32 keys
     static constexpr int AKV_NW = 2, AKV_BM = 32, AKV_KT = 2;  // 64 keys x 32 queries
+    static constexpr int AKV_SMALL_NW = AKV_NW;
 };
 template <> struct Cfg<128> {
     static constexpr int FWD_NW = 4, FWD_BN = 64, FWD_MT = 1;
     static constexpr int KV_NW = 8, KV_BM = 32, KV_KT = 1;
     static constexpr int DQ_NW = 4, DQ_BN = 32, DQ_MT = 1;
     static constexpr int AKV_NW = 8, AKV_BM = 32, AKV_KT = 1;
+    static constexpr int AKV_SMALL_NW = 4;  // 64 keys: 70,144 bytes
 };
+
+// the dk/dv kernel's dynamic shared memory (ADQ: with the atomic-dq backward's dS^T tile)
+template <int HS, int NW, int BM, int KT, bool ADQ>
+constexpr size_t dkdv_smem() {
+    constexpr int BN = 16 * KT * NW;
+    return (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float) +
+           (ADQ ? (size_t)BN * BM * sizeof(floatX) : 0);
+}
+
+// a kernel's dynamic shared memory above the default 48 KB; a tile shape this GPU cannot hold
+// is refused here by name rather than by the launch's "invalid argument"
+template <typename K>
+static void set_smem(K kern, size_t bytes, const char *what) {
+    const DeviceCaps *caps = device_caps();
+    if (caps && bytes > (size_t)caps->smem_optin)
+        fatal("flash attention: the %s tile shape needs %zu bytes of shared memory per block; this GPU (compute "
+              "capability %d.%d) allows %d", what, bytes, caps->cc / 10, caps->cc % 10, caps->smem_optin);
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
 
 template <int HS, int NW, int BN, int MT>
 static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     constexpr int BM = 16 * MT * NW;
     size_t smem = (size_t)(BM + 4 * BN) * HS * sizeof(floatX);
     auto kern = fwd_kernel<HS, NW, BN, MT>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    set_smem(kern, smem, "forward");
     dim3 grid(ceil_div(T, BM), B * NH);
     kern<<<grid, NW * 32, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
     LAUNCH_CHECK();
@@ -1000,7 +1026,8 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
 template <int HS>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
-    if constexpr (HS == 64) return flash90::forward(out, lse, qkv, B, T, NH, s);
+    if constexpr (HS == 64)
+        if (flash_wgmma_runs_here()) return flash90::forward(out, lse, qkv, B, T, NH, s);
 #endif
     forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }
@@ -1010,16 +1037,16 @@ template <int HS, int NW, int BM, int KT>
 static void launch_dkdv(floatX *dqkv, float *dq_acc, const floatX *dout, const floatX *qkv, const float *lse,
                         const float *Dbuf, int B, int T, int NH, float scale_log2, float scale, cudaStream_t s) {
     constexpr int BN = 16 * KT * NW;
-    size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float);
     dim3 grid(ceil_div(T, BN), B * NH);
     if (dq_acc) {
-        smem += (size_t)BN * BM * sizeof(floatX);
+        constexpr size_t smem = dkdv_smem<HS, NW, BM, KT, true>();
         auto kern = bwd_dkdv_kernel<HS, NW, BM, KT, true>;
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set_smem(kern, smem, "atomic-dq backward");
         kern<<<grid, NW * 32, smem, s>>>(dqkv, dq_acc, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
     } else {
+        constexpr size_t smem = dkdv_smem<HS, NW, BM, KT, false>();
         auto kern = bwd_dkdv_kernel<HS, NW, BM, KT, false>;
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set_smem(kern, smem, "dk/dv backward");
         kern<<<grid, NW * 32, smem, s>>>(dqkv, NULL, dout, qkv, lse, Dbuf, T, NH, scale_log2, scale);
     }
     LAUNCH_CHECK();
@@ -1036,7 +1063,7 @@ static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, cons
         constexpr int NW = DQ_NW, BN = DQ_BN, BM = 16 * DQ_MT * NW;
         size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX);
         auto kern = bwd_dq_kernel<HS, NW, BN, DQ_MT>;
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set_smem(kern, smem, "dq backward");
         dim3 grid(ceil_div(T, BM), B * NH);
         kern<<<grid, NW * 32, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH, scale_log2, scale);
         LAUNCH_CHECK();
@@ -1068,14 +1095,21 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
                      const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
     // the wgmma backward is deterministic and faster than the atomic-dq one: both modes take it
-    if constexpr (HS == 64) return flash90::backward(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    if constexpr (HS == 64)
+        if (flash_wgmma_runs_here())
+            return flash90::backward(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 #endif
+    using Cf = Cfg<HS>;
+    const DeviceCaps *caps = device_caps();
     if (g_deterministic)
-        backward_cfg<HS, Cfg<HS>::KV_NW, Cfg<HS>::KV_BM, Cfg<HS>::KV_KT, Cfg<HS>::DQ_NW, Cfg<HS>::DQ_BN,
-                     Cfg<HS>::DQ_MT>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
-    else
-        backward_atomic_cfg<HS, Cfg<HS>::AKV_NW, Cfg<HS>::AKV_BM, Cfg<HS>::AKV_KT>(dqkv, dbias_v, dout, qkv, out, lse,
-                                                                                  scratch, B, T, NH, s);
+        backward_cfg<HS, Cf::KV_NW, Cf::KV_BM, Cf::KV_KT, Cf::DQ_NW, Cf::DQ_BN, Cf::DQ_MT>(dqkv, dbias_v, dout, qkv,
+                                                                                      out, lse, scratch, B, T, NH, s);
+    else if (!caps || dkdv_smem<HS, Cf::AKV_NW, Cf::AKV_BM, Cf::AKV_KT, true>() <= (size_t)caps->smem_optin)
+        backward_atomic_cfg<HS, Cf::AKV_NW, Cf::AKV_BM, Cf::AKV_KT>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B,
+                                                                   T, NH, s);
+    else  // (sm_86, sm_89 at hs = 128)
+        backward_atomic_cfg<HS, Cf::AKV_SMALL_NW, Cf::AKV_BM, Cf::AKV_KT>(dqkv, dbias_v, dout, qkv, out, lse,
+                                                                         scratch, B, T, NH, s);
 }
 
 }  // namespace flash
@@ -1110,6 +1144,7 @@ static void flash_attention_backward(floatX *dqkv, floatX *dbias_v, const floatX
 
 #else  // FP32 build: no flash kernels (the tensor-core path is bf16/fp16); use attention_forward/backward
 
+static bool flash_wgmma_runs_here(void) { return false; }
 static void flash_attention_set_deterministic(int) {}
 
 static void flash_attention_forward(floatX *, float *, const floatX *, int, int, int, int, cudaStream_t) {

@@ -1,6 +1,7 @@
 // kernels/attention_sm90.cuh: flash attention on Hopper's warpgroup matrix instructions
 // (wgmma, sm_90a), head size 64; included by attention.cuh, whose launchers pick these
-// kernels when the build targets sm_90a (FLASH_WGMMA=1, the Makefile's default).
+// kernels on a GPU of compute capability 9.0 when the build includes sm_90a (FLASH_WGMMA=1:
+// the Makefile's GPU_ARCH=90a, and all); flash_wgmma_runs_here at the end says which.
 //
 // The same algorithm as attention.cuh's mma.sync kernels (FlashAttention-2: online softmax
 // forward keeping the log-sum-exp, backward recomputing P), with each matrix product issued
@@ -29,8 +30,14 @@
 #ifndef FLASH_WGMMA
 #define FLASH_WGMMA 0
 #endif
-#if FLASH_WGMMA && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "FLASH_WGMMA=1 needs the sm_90a target (-gencode arch=compute_90a,code=sm_90a)"
+// The wgmma instructions exist in the sm_90a device pass only. A build for several GPUs
+// (GPU_ARCH=all) compiles this file in the sm_80, sm_86 and sm_89 passes too: there the
+// helpers are left out and the kernels are empty (a trap, never launched: the launchers ask
+// flash_wgmma_runs_here). The host pass sees everything, as the launchers need.
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASH90_DEVICE_CODE 1
+#else
+#define FLASH90_DEVICE_CODE 0
 #endif
 
 #if FLASH_WGMMA && PRECISION != PRECISION_FP32
@@ -42,6 +49,9 @@ using flash::load_tile;
 using flash::pack2;
 
 constexpr int HS = 64;  // head size of these kernels: a tile row is 128 bytes, one swizzle span
+// dynamic shared memory rounded up to 1024 bytes (the swizzle's period, smem_base); launchers
+// ask for SMEM_SLACK bytes more than the tiles need
+constexpr int SMEM_SLACK = 1024;
 
 #if PRECISION == PRECISION_BF16
 #define WG_TYPES ".f32.bf16.bf16"
@@ -49,6 +59,7 @@ constexpr int HS = 64;  // head size of these kernels: a tile row is 128 bytes, 
 #define WG_TYPES ".f32.f16.f16"
 #endif
 
+#if FLASH90_DEVICE_CODE
 // shared-memory matrix descriptor: start address, leading byte offset 16 (unused by these
 // layouts), stride byte offset 1024 (8 rows of 128 bytes), 128-byte swizzle
 __device__ __forceinline__ uint64_t desc(const void *p) {
@@ -137,9 +148,7 @@ __device__ __forceinline__ void zero(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) d[i] = 0.0f;
 }
-// dynamic shared memory rounded up to 1024 bytes (the swizzle's period); launchers ask
-// for SMEM_SLACK bytes more than the tiles need
-constexpr int SMEM_SLACK = 1024;
+// the dynamic shared memory from its first 1024-byte boundary on
 __device__ __forceinline__ floatX *smem_base() {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     uint32_t a = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -203,12 +212,15 @@ __device__ __forceinline__ void write_out(floatX *out, float *lse, const float (
     }
 }
 
+#endif  // FLASH90_DEVICE_CODE
+
 // ---------------------------------------------------------------------------------------
 // forward: one block = NWG warpgroups x 64 query rows of one head; key blocks of BN, K and V
 // double-buffered (cp.async, all threads), S = Q K^T and O += P V as wgmma
 template <int NWG, int BN, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float *lse, const floatX *qkv, int T, int NH,
                                                        float scale_log2) {
+#if FLASH90_DEVICE_CODE
     constexpr int BM = 64 * NWG, NT = NWG * 128;
     floatX *sQ = smem_base();
     floatX *sK = sQ + BM * HS;      // 2 buffers
@@ -268,6 +280,9 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         wg_fence_regs(o);
     }
     write_out(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+#else
+    __trap();
+#endif
 }
 
 // ---------------------------------------------------------------------------------------
@@ -279,6 +294,7 @@ template <int NWG, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
                                                           const float *lse, const float *D, int T, int NH,
                                                           float scale_log2, float scale) {
+#if FLASH90_DEVICE_CODE
     constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128;
     floatX *sQ = smem_base();
     floatX *sO = sQ + BM * HS;      // dout
@@ -366,12 +382,16 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
                     pack2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
         }
     }
+#else
+    __trap();
+#endif
 }
 
 // ---------------------------------------------------------------------------------------
 // the log-sum-exp and D of query rows q0 .. q0 + BM - 1 into shared memory, one 4-byte
 // cp.async per thread of the first 2 BM, in the caller's commit group; rows >= T read as 0
 // (their Q and dO rows are zero-filled, so they add nothing to dK or dV)
+#if FLASH90_DEVICE_CODE
 template <int BM>
 __device__ __forceinline__ void load_rows_ld(float *sL, float *sD, const float *lb, const float *db, int q0, int T) {
     const int t = threadIdx.x, i = t % BM;
@@ -380,6 +400,7 @@ __device__ __forceinline__ void load_rows_ld(float *sL, float *sD, const float *
         cp_async4((t < BM ? sL : sD) + i, (t < BM ? lb : db) + (ok ? q0 + i : 0), ok);
     }
 }
+#endif
 
 // ---------------------------------------------------------------------------------------
 // backward, dk and dv: one block = NWG warpgroups x 64 keys of one head, walking the query
@@ -393,6 +414,7 @@ template <int NWG, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout,
                                                                   const floatX *qkv, const float *lse, const float *D,
                                                                   int T, int NH, float scale_log2, float scale) {
+#if FLASH90_DEVICE_CODE
     constexpr int BN = 64 * NWG, BM = 64, NT = NWG * 128;
     floatX *sK = smem_base();
     floatX *sV = sK + BN * HS;
@@ -508,6 +530,9 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
             }
         }
     }
+#else
+    __trap();
+#endif
 }
 
 // ---------------------------------------------------------------------------------------
@@ -569,5 +594,31 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
 }  // namespace flash90
 
 #undef WG_TYPES
+
+// Whether the launchers take these kernels on the current GPU: compute capability 9.0, with
+// the kernels loaded as the build's sm_90a machine code (on a 9.0 GPU a build without it would
+// run PTX of an older architecture, whose kernels here are empty). Asked once per device.
+static bool flash_wgmma_runs_here(void) {
+    enum { MAX_DEVICES = 64 };
+    static signed char known[MAX_DEVICES];  // 1 yes, -1 no, 0 not asked yet
+    const DeviceCaps *caps = device_caps();
+    int dev = -1;
+    if (!caps || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_DEVICES) return false;
+    if (!known[dev]) {
+        bool yes = false;
+        if (caps->cc == 90) {
+            cudaFuncAttributes fa;
+            const cudaError_t e = cudaFuncGetAttributes(&fa, flash90::fwd_kernel<2, 64, 2>);
+            if (e != cudaSuccess) (void)cudaGetLastError();  // (not an error of the next launch)
+            yes = e == cudaSuccess && fa.binaryVersion == 90 && fa.ptxVersion >= 90;
+        }
+        known[dev] = yes ? 1 : -1;
+    }
+    return known[dev] > 0;
+}
+
+#else  // no sm_90a in this build
+
+static bool flash_wgmma_runs_here(void) { return false; }
 
 #endif  // FLASH_WGMMA && PRECISION != PRECISION_FP32

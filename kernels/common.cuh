@@ -1,7 +1,8 @@
 // kernels/common.cuh: what every kernel header shares: the one CUDA/cuBLAS error check,
 // the floatX storage type chosen at build time (-DPRECISION=BF16|FP16|FP32; fp16 trains
 // with dynamic loss scaling, common/loss_scaler.h), 16-byte vector load/store helpers, small
-// warp/block reductions and the rounding of fp32 master weights to floatX.
+// warp/block reductions, the current GPU's capabilities the launchers choose by, and the
+// rounding of fp32 master weights to floatX.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -181,6 +182,35 @@ __device__ __forceinline__ float block_max(float v) {
 }
 
 static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------------------
+// What the launchers choose kernels and tile shapes by: the current GPU's compute capability
+// and the dynamic shared memory a block may opt in to (99 KB on sm_86 and sm_89, 163 KB on
+// sm_80, 227 KB on sm_90). Asked once per device, since launchers ask at every launch; NULL
+// where no GPU answers (a memory plan made without one), and then asked again next time.
+struct DeviceCaps {
+    int cc;          // major * 10 + minor
+    int smem_optin;  // bytes
+};
+static const DeviceCaps *device_caps(void) {
+    enum { MAX_DEVICES = 64 };
+    static DeviceCaps caps[MAX_DEVICES];
+    int dev = -1, major = 0, minor = 0, smem = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_DEVICES) {
+        (void)cudaGetLastError();  // (not an error of the next kernel launch)
+        return NULL;
+    }
+    if (caps[dev].cc) return &caps[dev];
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    caps[dev].smem_optin = smem;
+    caps[dev].cc = major * 10 + minor;
+    return &caps[dev];
+}
 
 // ---------------------------------------------------------------------------
 // Second stage of the deterministic column sums (bias and layernorm parameter

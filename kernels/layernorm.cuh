@@ -94,6 +94,10 @@ static void layernorm_forward_cfg(floatX *residual_out, floatX *out, float *mean
     const int rows_per_block = LN_FWD_THREADS / 32;
     size_t smem = VPL > 0 ? 0 : (size_t)rows_per_block * C * sizeof(floatX);
     static size_t smem_set = 0;
+    const DeviceCaps *caps = device_caps();
+    if (caps && smem > (size_t)caps->smem_optin)  // (C > 6336 in bf16, 3168 in fp32 on sm_86/sm_89)
+        fatal("layernorm forward: C=%d needs %zu bytes of shared memory per block; this GPU (compute capability "
+              "%d.%d) allows %d", C, smem, caps->cc / 10, caps->cc % 10, caps->smem_optin);
     if (smem > 48 * 1024 && smem > smem_set) {
         CUDA_CHECK(cudaFuncSetAttribute(layernorm_forward_kernel<VPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
@@ -229,6 +233,25 @@ __global__ void layernorm_backward_kernel(floatX *dinp, float *partials, const f
     }
 }
 
+// the largest C the backward takes: one thread per 16-byte vector, at most 1024 threads a
+// block, whose staged rows (and the kernel's red array) fit this GPU's shared memory: on
+// sm_86 and sm_89 C up to 4096 in bf16, 2048 in fp32
+static int layernorm_backward_max_channels(void) {
+    int threads = 1024;
+    const DeviceCaps *caps = device_caps();
+    if (caps) {
+        const int fit = (caps->smem_optin - (int)sizeof(float[2][LN_BWD_ROWS][32][2])) /  // (red)
+                        (2 * LN_BWD_ROWS * 3 * 16) / 32 * 32;
+        if (fit < threads) threads = fit;
+    }
+    return threads * X128::size;
+}
+static void layernorm_backward_check(int C) {
+    if (C % X128::size != 0 || C > layernorm_backward_max_channels())
+        fatal("layernorm backward: C=%d; this GPU and build take a multiple of %d up to %d", C, X128::size,
+              layernorm_backward_max_channels());
+}
+
 // threads of a backward block, blocks used, and the fp32 scratch it needs (floats): as many
 // blocks as fit on the SMs at once (registers bound them: 7 per SM at C = 768 in bf16), at
 // most 8 per SM (each block's partial row is 3C floats of traffic)
@@ -240,6 +263,7 @@ static int layernorm_backward_blocks(int N, int C, int num_sms) {
     static int per_sm = 0, for_threads = -1;
     const int threads = layernorm_backward_threads(C);
     if (threads != for_threads) {
+        layernorm_backward_check(C);
         size_t smem = layernorm_backward_smem(C);
         if (smem > 48 * 1024)
             CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -259,19 +283,12 @@ static size_t layernorm_backward_scratch_bound(int N, int C, int num_sms) {
     int want = ceil_div(N, LN_BWD_ROWS * 4);
     return (size_t)(want < num_sms * 8 ? (want > 0 ? want : 1) : num_sms * 8) * 3 * C;
 }
-// the largest C the backward takes: one thread per 16-byte vector, 1024 threads a block
-static int layernorm_backward_max_channels(void) { return 1024 * X128::size; }
-
 // dinp += dLN/dinp; dw, db += the layernorm's parameter gradients; dsum (may be NULL) +=
 // the column sums of the updated dinp (the bias gradient of the layer dinp feeds)
 static void layernorm_backward(floatX *dinp, floatX *dw, floatX *db, floatX *dsum, float *scratch, const floatX *dout,
                                const floatX *inp, const floatX *w, const float *mean, const float *rstd,
                                int N, int C, int num_sms, cudaStream_t s) {
-    if (C % X128::size != 0 || C > layernorm_backward_max_channels()) {
-        fprintf(stderr, "error: internal: layernorm backward needs C a multiple of %d and at most %d (C=%d)\n",
-                X128::size, layernorm_backward_max_channels(), C);
-        fatal_exit();
-    }
+    layernorm_backward_check(C);
     int blocks = layernorm_backward_blocks(N, C, num_sms), threads = layernorm_backward_threads(C);
     layernorm_backward_kernel<<<blocks, threads, layernorm_backward_smem(C), s>>>(dinp, scratch, dout, inp, w, mean,
                                                                                   rstd, N, C, dsum != NULL);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gpu_bundle.sh: every GPU binary the GPU scripts use, for a GPU host that has the CUDA
 # runtime but no compiler. Run it on a machine with nvcc (no GPU needed): it builds the
-# programs with the Makefile's flags (MPI and NCCL included) into dist/gpu/bin and copies
+# programs with the Makefile's flags (MPI and NCCL included; without a GPU here, for every
+# GPU from compute capability 8.0 on, else for this one: GPU_ARCH=all or another value in
+# the environment decides) into dist/gpu/bin and copies
 # the Tiny Shakespeare shards and text into dist/gpu/data (dist/ is git-ignored). Then copy
 # dist/gpu to the same place in a checkout of the same commit on the GPU host and run,
 # from the repository root there, e.g. scripts/gpu_check.sh (QUICK=1 for the short one);

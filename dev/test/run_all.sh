@@ -122,11 +122,18 @@ run fuzz-readers ./build/san/fuzz_readers
 for np in 1 2 3; do
     run "distributed-np$np" mpirun --allow-run-as-root --oversubscribe -np $np ./build/test_distributed
 done
-# every CUDA program compiles in every precision (no GPU needed), and the NCCL id exchange
-# of environment launches runs without one; the compiles have the machine to themselves here
-for p in FP32 FP16 BF16; do
-    if [ "$HAVE_NVCC" = 1 ]; then run "cuda-compile-$p" make --no-print-directory -j"$(nproc)" "cuda-$p"
-    else skip "cuda-compile-$p" "no nvcc"; fi
+# the Makefile's choice of GPU code by the machine's GPU (GPU_ARCH), with stand-ins for
+# nvidia-smi and nvcc
+run gpu-arch ./dev/test/test_gpu_arch.sh
+# every CUDA program compiles (no GPU needed): each precision for one GPU (sm_90a, Hopper's
+# wgmma kernels included), and bf16 for every GPU in one binary (GPU_ARCH=all: sm_80, sm_86,
+# sm_89, sm_90a and PTX); and the NCCL id exchange of environment launches runs without a
+# GPU. The compiles have the machine to themselves here; each one's time is on its ok line.
+for build in FP32:90a FP16:90a BF16:all; do
+    p=${build%:*} arch=${build#*:}
+    if [ "$HAVE_NVCC" = 1 ]; then
+        run "cuda-compile-$p-$arch" make --no-print-directory -j"$(nproc)" GPU_ARCH="$arch" "cuda-$p"
+    else skip "cuda-compile-$p-$arch" "no nvcc"; fi
 done
 if [ "$HAVE_NVCC" = 1 ]; then run nccl-id-file ./build/test_nccl_id_file
 else skip nccl-id-file "no nvcc"; fi

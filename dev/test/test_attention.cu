@@ -126,14 +126,18 @@ typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStre
 typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int,
                       int, int, cudaStream_t);
 // tile-shape variants for hs = 64 (the first of each is the default in attention.cuh): with
-// FLASH_WGMMA the wgmma kernels of attention_sm90.cuh first, then attention.cuh's mma.sync ones
+// FLASH_WGMMA (a build that includes sm_90a) the wgmma kernels of attention_sm90.cuh first,
+// the NWG of each list, then attention.cuh's mma.sync ones; a GPU that does not run wgmma
+// (flash_wgmma_runs_here) starts each list after them
 #if FLASH_WGMMA
+enum { NWG = 3 };
 #define WG_FWD flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_cfg<2, 128, 1>,
 #define WG_FWD_NAMES "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma fwd NWG2 BN128",
 #define WG_BWD flash90::backward_cfg<2, 2, 1, 2>, flash90::backward_cfg<2, 2, 2, 1>, flash90::backward_cfg<1, 3, 1, 2>,
 #define WG_BWD_NAMES "wgmma bwd dq(NWG2 2/SM) kv(NWG1 2/SM)", "wgmma bwd dq(NWG2 2/SM) kv(NWG2)", \
                      "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)",
 #else
+enum { NWG = 0 };
 #define WG_FWD
 #define WG_FWD_NAMES
 #define WG_BWD
@@ -161,8 +165,14 @@ static const BwdFn abwd_variants[] = {flash::backward_atomic_cfg<64, 2, 32, 2>, 
                                       flash::backward_atomic_cfg<64, 2, 64, 1>};
 static const char *abwd_names[] = {"atomic kv(NW2,BM32,KT2)", "atomic kv(NW4,BM64,KT1)", "atomic kv(NW4,BM32,KT1)",
                                    "atomic kv(NW8,BM64,KT1)", "atomic kv(NW2,BM64,KT1)"};
-static const int NFV = sizeof(fwd_variants) / sizeof(fwd_variants[0]), NBV = sizeof(bwd_variants) / sizeof(bwd_variants[0]);
 static const int NAV = sizeof(abwd_variants) / sizeof(abwd_variants[0]);
+// this GPU's variants: fwd_variants[FV0 ..], NFV of them; bwd_variants[BV0 ..], NBV (set by main)
+static int FV0 = 0, BV0 = 0, NFV = 0, NBV = 0;
+static void variants_for_this_gpu(void) {
+    FV0 = BV0 = flash_wgmma_runs_here() ? 0 : NWG;
+    NFV = (int)(sizeof(fwd_variants) / sizeof(fwd_variants[0])) - FV0;
+    NBV = (int)(sizeof(bwd_variants) / sizeof(bwd_variants[0])) - BV0;
+}
 // NULL: the public launchers
 static FwdFn g_fwd = NULL;
 static BwdFn g_bwd = NULL;
@@ -324,14 +334,14 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     float ms_f, ms_b, ms_f0 = 0.0f;
     int nf = (hs == 64 && variants) ? NFV : 1, nb = (hs == 64 && variants) ? NBV : 1;
     for (int v = 0; v < nf || v < nb; v++) {
-        g_fwd = v < nf && nf > 1 ? fwd_variants[v] : NULL;
-        g_bwd = v < nb && nb > 1 ? bwd_variants[v] : NULL;
+        g_fwd = v < nf && nf > 1 ? fwd_variants[FV0 + v] : NULL;
+        g_bwd = v < nb && nb > 1 ? bwd_variants[BV0 + v] : NULL;
         ms_f = time_ms([&] { do_fwd(out, lse, qkv, B, T, C, NH); }, e0, e1);
         ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
         if (nf > 1 || nb > 1)
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
-                   v < nf ? fwd_names[v] : "-", v < nb ? bwd_names[v] : "-", ms_f, flops_f / ms_f * 1e-9, ms_b,
-                   flops_b / ms_b * 1e-9);
+                   v < nf ? fwd_names[FV0 + v] : "-", v < nb ? bwd_names[BV0 + v] : "-", ms_f, flops_f / ms_f * 1e-9,
+                   ms_b, flops_b / ms_b * 1e-9);
         if (v == 0) {  // the defaults (the atomic-dq line below reuses this forward time)
             ms_f0 = ms_f;
             printf("BENCH ours B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", B, NH,
@@ -399,13 +409,15 @@ static void bench(int B, int NH, int T, int hs, int variants) {
 }
 
 int main(int argc, char **argv) {
+    variants_for_this_gpu();
     if (argc >= 6 && !strcmp(argv[1], "--bench")) {  // --bench B NH T hs [variants 0|1]
         bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc >= 7 ? atoi(argv[6]) : 0);
         return 0;
     }
     uint64_t seed = (uint64_t)time(NULL);
     if (argc >= 3 && !strcmp(argv[1], "--seed")) seed = strtoull(argv[2], NULL, 10);
-    printf("test_attention (%s), seed %llu\n", PRECISION_NAME, (unsigned long long)seed);
+    printf("test_attention (%s, %s kernels), seed %llu\n", PRECISION_NAME,
+           flash_wgmma_runs_here() ? "wgmma" : "mma.sync", (unsigned long long)seed);
     const int shapes[][4] = {{2, 12, 1024, 64}, {1, 4, 4096, 64}, {2, 8, 333, 64}, {1, 6, 512, 128},
                              {3, 2, 17, 64},    {1, 3, 1000, 128}, {2, 2, 129, 64}};
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
@@ -416,9 +428,9 @@ int main(int argc, char **argv) {
     flash_attention_set_deterministic(1);
     // the other tile shapes (benchmarked with --bench ... 1) at two shapes
     for (int v = 1; v < NFV || v < NBV; v++) {
-        g_fwd = v < NFV ? fwd_variants[v] : fwd_variants[0];
-        g_bwd = v < NBV ? bwd_variants[v] : bwd_variants[0];
-        printf("variant %d: %s | %s\n", v, v < NFV ? fwd_names[v] : "-", v < NBV ? bwd_names[v] : "-");
+        g_fwd = fwd_variants[FV0 + (v < NFV ? v : 0)];
+        g_bwd = bwd_variants[BV0 + (v < NBV ? v : 0)];
+        printf("variant %d: %s | %s\n", v, v < NFV ? fwd_names[FV0 + v] : "-", v < NBV ? bwd_names[BV0 + v] : "-");
         run_case(2, 8, 333, 64, seed + 100 + v, false);
         run_case(1, 4, 1024, 64, seed + 200 + v, false);
     }

@@ -9,17 +9,17 @@
 //      its old value) and dweight^T (E5M2 x E4M3);
 //  (d) the same with cuBLASLt's fast accumulation;
 //  (e) the on-device scale update against fp8.h's recipe.
-// Exit 1 on any failure; 77 when not built for sm_90a in bf16 or not run on such a GPU.
+// Exit 1 on any failure; 77 (skipped) in the fp16 and fp32 builds, and without a GPU of compute
+// capability 8.9 or newer (FP8 tensor cores; measured on 9.0 only).
 #include "kernels/fp8.cuh"
 #include <vector>
 #include <thread>
 #include <algorithm>
 #include <time.h>
 
-#if !FLASH_WGMMA || PRECISION != PRECISION_BF16
+#if PRECISION != PRECISION_BF16
 int main() {
-    printf("test_fp8: needs a bf16 build for sm_90a (PRECISION=BF16 GPU_ARCH=90a); this is a %s build%s\n",
-           PRECISION_NAME, FLASH_WGMMA ? " for sm_90a" : " without sm_90a");
+    printf("test_fp8: needs the bf16 build (PRECISION=BF16); this is the %s build\n", PRECISION_NAME);
     return 77;
 }
 #else
@@ -443,8 +443,9 @@ int main(int argc, char **argv) {
     }
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-    if (major != 9 || minor != 0) {
-        printf("test_fp8: built for sm_90a; this GPU is %d.%d\n", major, minor);
+    if (major * 10 + minor < 89) {  // (as fp8_require_device: no FP8 tensor cores)
+        printf("test_fp8: FP8 matmuls need a GPU of compute capability 8.9 or newer; this one is %d.%d\n", major,
+               minor);
         return 77;
     }
     printf("test_fp8 (%s), seed %llu\n", PRECISION_NAME, (unsigned long long)seed);

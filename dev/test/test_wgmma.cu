@@ -2,15 +2,17 @@
 // double-precision CPU product, on fresh random tiles: the shared-memory descriptors in
 // their K-major and MN-major readings, the 64- and 128-wide products, and an accumulator
 // packed into the A operand of the next product (as P and dS are). One warpgroup, one
-// block. Build with GPU_ARCH=90a (the Makefile's default); exit 1 on any miss.
+// block. A bf16 or fp16 build that includes sm_90a (GPU_ARCH=90a or all), run on a GPU of
+// compute capability 9.0; exit 1 on any miss, 77 (skipped) with another build or GPU.
 #include "kernels/attention.cuh"
 #include <vector>
 #include <time.h>
 
 #if !FLASH_WGMMA || PRECISION == PRECISION_FP32
 int main() {
-    printf("test_wgmma: needs a bf16/fp16 build for sm_90a (FLASH_WGMMA=1)\n");
-    return 0;
+    printf("test_wgmma: needs a bf16/fp16 build that includes sm_90a (GPU_ARCH=90a or all); this is a %s build%s\n",
+           PRECISION_NAME, FLASH_WGMMA ? "" : " without sm_90a");
+    return 77;
 }
 #else
 using namespace flash90;
@@ -20,6 +22,7 @@ using namespace flash90;
 // s3 = X Y[0:64]^T again with X as a register operand (ldmatrix fragments)
 __global__ void wgmma_probe_kernel(float *s1, float *s2, float *o, float *s3, const floatX *X, const floatX *Y,
                                    const floatX *Z) {
+#if FLASH90_DEVICE_CODE
     floatX *sX = smem_base(), *sY = sX + 64 * HS, *sZ = sY + 128 * HS;
     flash::load_tile<64, HS, 128>(sX, X, 0, HS, 64);
     flash::load_tile<128, HS, 128>(sY, Y, 0, HS, 128);
@@ -63,6 +66,9 @@ __global__ void wgmma_probe_kernel(float *s1, float *s2, float *o, float *s3, co
         }
         s2[row * 128 + col] = b[i];
     }
+#else
+    __trap();  // (the build's other architectures: never launched, see main)
+#endif
 }
 
 static uint64_t rng;
@@ -87,6 +93,21 @@ static void check(const char *what, const std::vector<float> &got, const std::ve
 int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     rng = seed;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_wgmma: no GPU\n");
+        return 77;
+    }
+    const DeviceCaps *caps = device_caps();
+    const int cc = caps ? caps->cc : 0;
+    if (cc != 90) {
+        printf("test_wgmma: wgmma runs on GPUs of compute capability 9.0; this one is %d.%d\n", cc / 10, cc % 10);
+        return 77;
+    }
+    if (!flash_wgmma_runs_here()) {  // (the launchers would take the mma.sync kernels here: a miss)
+        printf("test_wgmma: FAIL: this 9.0 GPU does not run the build's sm_90a code (flash_wgmma_runs_here)\n");
+        return 1;
+    }
     printf("test_wgmma (%s), seed %llu\n", PRECISION_NAME, (unsigned long long)seed);
     std::vector<floatX> X(64 * 64), Y(128 * 64), Z(64 * 64);
     for (auto &x : X) x = (floatX)frand();
