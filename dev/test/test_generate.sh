@@ -29,7 +29,7 @@ text() { sed -n '/^----$/,/^----$/p' "$1"; }
 agree() {
     local name=$1
     shift
-    "$TRAINER" --generate "$@" > "$W/$name.1" 2>&1
+    "$TRAINER" --generate --kv-cache 1 "$@" > "$W/$name.1" 2>&1
     local rc1=$?
     "$TRAINER" --generate --kv-cache 0 "$@" > "$W/$name.0" 2>&1
     local rc0=$?
