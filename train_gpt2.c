@@ -674,15 +674,10 @@ static void gpt2_sample(GPT2 *model, const Tokenizer *tok, const TrainOptions *o
 // whole context (its max_seq_len, not -t).
 static int generate_main(const TrainOptions *o) {
     GPT2Config cfg;
-    float *params = gpt2_params_from_model_arg(o->model_arg, 1, (uint64_t)o->seed, &cfg);
-    GPT2 model;
-    gpt2_build(&model, &cfg, params);
     Tokenizer tok;
-    tokenizer_init(&tok, o->tokenizer_dir);
-    if (cfg.vocab_size <= GPT2_EOT)
-        fatal("--generate: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)", cfg.vocab_size, GPT2_EOT + 1);
+    GPT2 model;
+    gpt2_build(&model, &cfg, generate_open(o, &cfg, &tok));
     int maxT = cfg.max_seq_len;
-    print_model_banner(&cfg);
     if (o->kv_cache) {
         KVCache kv;
         kv_cache_init(&kv, &model, maxT);

@@ -253,15 +253,11 @@ static int generate_main(GpuSettings *s, ProcessGroup *pg) {
     TrainOptions *o = &s->o;
     if (pg->world > 1) fatal("--generate runs on one GPU: start it without mpirun or with -np 1 (%d ranks)", pg->world);
     GPT2Config cfg;
-    float *host_params = gpt2_params_from_model_arg(o->model_arg, 1, (uint64_t)o->seed, &cfg);
     Tokenizer tok;
-    tokenizer_init(&tok, o->tokenizer_dir);
-    if (cfg.vocab_size <= GPT2_EOT)
-        fatal("--generate: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)", cfg.vocab_size, GPT2_EOT + 1);
+    float *host_params = generate_open(o, &cfg, &tok);
     const int maxT = cfg.max_seq_len;
     cudaDeviceProp prop;
     gpu_open(pg, COMM_BACKEND_NONE, &prop);
-    print_model_banner(&cfg);
     printf("GPU: %s (" PRECISION_NAME " build)\n", prop.name);
     if (o->kv_cache) {
         size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];

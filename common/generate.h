@@ -34,6 +34,17 @@ static inline void generate_print_token(const Tokenizer *tok, int id) {
     fflush(stdout);
 }
 
+// --generate's start, the same in both trainers: the model of -e (its parameters, fp32 on
+// the host, returned) and the tokenizer; a vocabulary without GPT-2's tokens is refused.
+static inline float *generate_open(const TrainOptions *o, GPT2Config *cfg, Tokenizer *tok) {
+    float *params = gpt2_params_from_model_arg(o->model_arg, 1, (uint64_t)o->seed, cfg);
+    tokenizer_init(tok, o->tokenizer_dir);
+    if (cfg->vocab_size <= GPT2_EOT)
+        fatal("--generate: the model's vocabulary (%d tokens) does not hold GPT-2's (%d)", cfg->vocab_size, GPT2_EOT + 1);
+    print_model_banner(cfg);
+    return params;
+}
+
 // --generate: the text starts with the end-of-text token and the prompt's tokens (the last
 // maxT - 1 of them when the prompt is longer, which is said); -g tokens follow, sampled with
 // --temperature, --top-k, --top-p and --seed, and printed as they come. A text that fills
