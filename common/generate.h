@@ -6,7 +6,6 @@
 #define COMMON_GENERATE_H
 
 #include "train_common.h"
-#include <time.h>
 
 // A KV cache holds the keys and values of cached[0..*filled). Sampling asks for the logits
 // after a text that extends it by one token, so only the new position needs computing; a
@@ -19,12 +18,6 @@ static inline int kv_cache_reuse(int *cached, int *filled, const int *ids, int n
     for (int i = keep; i < n; i++) cached[i] = ids[i];
     *filled = n;
     return keep;
-}
-
-static inline double generate_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static inline void generate_print_token(const Tokenizer *tok, int id) {
@@ -71,7 +64,7 @@ static inline void generate_text(const Tokenizer *tok, const TrainOptions *o, in
     for (int i = 1; i < n; i++) generate_print_token(tok, ids[i]);
     float *probs = (float *)xmalloc((size_t)V * sizeof(float));
     int slides = 0;
-    double t0 = generate_now(), t_first = 0;
+    double t0 = wall_seconds(), t_first = 0;
     for (int g = 0; g < o->gen_tokens; g++) {
         if (n == maxT) {
             int k = maxT / 2;
@@ -83,9 +76,9 @@ static inline void generate_text(const Tokenizer *tok, const TrainOptions *o, in
         int id = sample_from_logits(probs, probs, V, o->temperature, o->top_k, o->top_p, &rng);
         ids[n++] = id;
         generate_print_token(tok, id);
-        if (g == 0) t_first = generate_now() - t0;
+        if (g == 0) t_first = wall_seconds() - t0;
     }
-    double dt = generate_now() - t0;
+    double dt = wall_seconds() - t0;
     printf("\n----\n");
     if (o->gen_tokens > 0)
         printf("generate: %d tokens in %.2f s: %.1f tokens/s (the first, with the prompt's forward, %.1f ms; then "
