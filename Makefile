@@ -10,6 +10,9 @@
 #                          here all: sm_80, sm_86, sm_89 and sm_90a in one binary, plus PTX
 #                          that the driver compiles for newer GPUs. Or 90a, 90, 89, 86, 80 by
 #                          hand; 90 leaves out the wgmma kernels. Below 8.0 is refused.
+#                          ptx: compute_80 PTX alone, which the driver compiles for the GPU it
+#                          runs on: with GPT2_TEST_GPU_CAP, how a newer GPU runs the code an
+#                          A100 or an RTX card runs (scripts/gpu_check.sh section 13).
 
 CC ?= gcc
 CFLAGS ?= -O3 -march=native
@@ -45,14 +48,14 @@ GPU_HERE_ARCH = $(if $(shell [ $(subst .,,$(GPU_HERE_CC)) -ge 80 ] && echo ok),\
 GPU_ARCH ?= $(if $(GPU_HERE),$(strip $(GPU_HERE_ARCH)),all)
 # sm_90a runs everything sm_90 would
 GPU_ARCH_LIST = $(if $(filter 90a,$(GPU_ARCH_ALL_LIST)),$(filter-out 90,$(GPU_ARCH_ALL_LIST)),$(GPU_ARCH_ALL_LIST))
-GPU_ARCH_ALL_LIST = $(if $(filter all,$(GPU_ARCH)),$(GPU_ARCHS_ALL),$(GPU_ARCH))
+GPU_ARCH_ALL_LIST = $(if $(filter all,$(GPU_ARCH)),$(GPU_ARCHS_ALL),$(filter-out ptx,$(GPU_ARCH)))
 # the values of GPU_ARCH that are not a compute capability of 8.0 or newer (80, 86, 90a, 100f, ...)
 GPU_ARCH_BAD = $(shell for a in $(GPU_ARCH_LIST); do n=$${a%[af]}; case $$n in (''|*[!0-9]*) echo $$a;; \
                  (*) [ $$n -ge 80 ] || echo $$a;; esac; done)
 GPU_GENCODE = $(if $(GPU_ARCH_BAD),$(error GPU_ARCH=$(GPU_ARCH): $(GPU_ARCH_BAD) is not a compute capability of 8.0 \
-                (A100) or newer; use all$(comma) 90a$(comma) 90$(comma) 89$(comma) 86$(comma) 80 or a newer one)) \
+                (A100) or newer; use all$(comma) 90a$(comma) 90$(comma) 89$(comma) 86$(comma) 80$(comma) ptx or a newer one)) \
               $(foreach a,$(GPU_ARCH_LIST),-gencode arch=compute_$(a)$(comma)code=sm_$(a)) \
-              $(if $(filter all,$(GPU_ARCH)),-gencode arch=compute_80$(comma)code=compute_80)
+              $(if $(filter all ptx,$(GPU_ARCH)),-gencode arch=compute_80$(comma)code=compute_80)
 # FLASH_WGMMA=1: the build includes sm_90a, whose wgmma flash attention (kernels/attention_sm90.cuh)
 # runs where the GPU is compute capability 9.0; every other GPU runs the mma.sync kernels
 FLASH_WGMMA = $(if $(filter 90a,$(GPU_ARCH_LIST)),1,0)
@@ -88,7 +91,7 @@ ATTN_CUH = kernels/attention.cuh kernels/attention_sm90.cuh kernels/common.cuh
 MATMUL_CUH = kernels/matmul.cuh kernels/common.cuh
 CBLAS_H = $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h)
 
-.PHONY: help all cpu cuda cuda-FP32 cuda-FP16 cuda-BF16 quickstart data test test-run test-d12 \
+.PHONY: help all cpu cuda cuda-FP32 cuda-FP16 cuda-BF16 cuda-ptx quickstart data test test-run test-d12 \
         bench-sgemm bench-tokenizer bench-cpu clean
 
 help:  ## list the targets
@@ -247,28 +250,33 @@ test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/nvcc_flags  ##
 cuda-FP32: $(addprefix build/cuda_FP32/,train_gpt2cu test_gpt2cu)  ## every CUDA program in FP32, into build/cuda_FP32/
 cuda-FP16: $(addprefix build/cuda_FP16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, FP16
 cuda-BF16: $(addprefix build/cuda_BF16/,train_gpt2cu test_gpt2cu $(ATTN_TESTS))  ## the same, BF16
+# build/cuda_<P>-ptx/: the same programs as compute_80 PTX alone (GPU_ARCH=ptx), for running
+# on a newer GPU the code that A100s and RTX cards run (scripts/gpu_check.sh section 13)
+$(foreach p,FP32 FP16 BF16,$(eval build/cuda_$(p)-ptx/%: GPU_ARCH = ptx))
+cuda-ptx: $(foreach p,FP32 FP16 BF16,build/cuda_$(p)-ptx/train_gpt2cu build/cuda_$(p)-ptx/test_gpt2cu)  ## the trainer and its test in each precision as compute_80 PTX alone, into build/cuda_<P>-ptx/
+cuda-ptx: $(addprefix build/cuda_BF16-ptx/,$(ATTN_TESTS)) $(addprefix build/cuda_FP16-ptx/,$(ATTN_TESTS))
 
 build/cuda_%/train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) $(NVCC_MPI) -o $@ train_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 build/cuda_%/test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
 build/cuda_%/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
 cuda-FP16: build/cuda_FP16/test_fp8
 cuda-BF16: build/cuda_BF16/test_fp8
 build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$* -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
 build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
 	@mkdir -p build

@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 #include <math.h>
 #include "../common/util.h"
@@ -188,10 +189,29 @@ static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 // and the dynamic shared memory a block may opt in to (99 KB on sm_86 and sm_89, 163 KB on
 // sm_80, 227 KB on sm_90). Asked once per device, since launchers ask at every launch; NULL
 // where no GPU answers (a memory plan made without one), and then asked again next time.
+//
+// GPT2_TEST_GPU_CAP=80|86|89 lowers both to that architecture's, so that a newer GPU takes
+// the kernels and tile shapes an A100 (80), an RTX 30xx/A10 (86) or an RTX 40xx/L4 (89)
+// would: no wgmma below 9.0, no FP8 below 8.9, tiles that fit 163 or 99 KB. Registers per
+// thread and per SM are the same on all of them; shared memory per SM only bounds how many
+// blocks share an SM, which no launcher chooses by. With the build's compute_80 PTX
+// (make GPU_ARCH=ptx) the code itself is then what those GPUs compile. A test mode: it says
+// so on stderr once.
 struct DeviceCaps {
     int cc;          // major * 10 + minor
     int smem_optin;  // bytes
 };
+// the test cap from the environment: 0 when unset; a value other than 80, 86, 89 is refused
+static int device_caps_test_cap(int *smem_optin) {
+    const char *e = getenv("GPT2_TEST_GPU_CAP");
+    if (!e || !*e) return 0;
+    static const struct { const char *name; int cc, smem; } caps[] = {
+        {"80", 80, 163 * 1024}, {"86", 86, 99 * 1024}, {"89", 89, 99 * 1024}};
+    for (const auto &c : caps)
+        if (strcmp(e, c.name) == 0) { *smem_optin = c.smem; return c.cc; }
+    fatal("GPT2_TEST_GPU_CAP=%s: the test cap is 80 (A100), 86 (RTX 30xx, A10) or 89 (RTX 40xx, L4)", e);
+    return 0;
+}
 static const DeviceCaps *device_caps(void) {
     enum { MAX_DEVICES = 64 };
     static DeviceCaps caps[MAX_DEVICES];
@@ -207,8 +227,17 @@ static const DeviceCaps *device_caps(void) {
         (void)cudaGetLastError();
         return NULL;
     }
+    int cap_smem = 0, cc = major * 10 + minor;
+    const int cap = device_caps_test_cap(&cap_smem);
+    if (cap && cap < cc) {
+        fprintf(stderr, "note: GPT2_TEST_GPU_CAP=%d: GPU %d (compute capability %d.%d, %d bytes of shared memory a "
+                        "block) is treated as %d.%d with %d bytes\n", cap, dev, major, minor, smem, cap / 10, cap % 10,
+                cap_smem);
+        cc = cap;
+        smem = cap_smem < smem ? cap_smem : smem;
+    }
     caps[dev].smem_optin = smem;
-    caps[dev].cc = major * 10 + minor;
+    caps[dev].cc = cc;
     return &caps[dev];
 }
 

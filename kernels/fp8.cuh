@@ -249,16 +249,15 @@ static const char *matmul_fp8_refusal(const void *D, const void *A, Fp8Format fa
     return why;
 }
 
-// FP8 tensor cores: compute capability 8.9 (Ada) and up; asked once
+// FP8 tensor cores: compute capability 8.9 (Ada) and up (device_caps: a test cap counts); asked once
 static void fp8_require_device(void) {
     static int ok = 0;
     if (ok) return;
-    int dev, major, minor;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major * 10 + minor < 89)
-        fatal("FP8 matmuls need a GPU of compute capability 8.9 or newer; this one is %d.%d", major, minor);
+    const DeviceCaps *caps = device_caps();
+    if (!caps) fatal("FP8 matmuls: no GPU answered for its compute capability");
+    if (caps->cc < 89)
+        fatal("FP8 matmuls need a GPU of compute capability 8.9 or newer; this one is %d.%d", caps->cc / 10,
+              caps->cc % 10);
     ok = 1;
 }
 

@@ -10,7 +10,9 @@
 # the GPU scripts look in dist/gpu/bin and dist/gpu/data unless BIN= and DATA= say otherwise.
 # Names in dist/gpu/bin: train_gpt2cu, test_gpt2cu, test_attention, test_wgmma (bf16),
 # the same with _fp16 and _fp32 (no attention tests in fp32), test_comm, bench_matmul, test_fp8, bench_fp8,
-# export_hf, prepro.
+# export_hf, prepro; in dist/gpu/bin/ptx the trainer and its test in each precision and the
+# attention test (bf16, fp16) as compute_80 PTX alone (make cuda-ptx), for gpu_check.sh's
+# section 13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=${DIST:-dist/gpu}
@@ -54,6 +56,14 @@ else
         fi
     done
 fi
+# the PTX-only builds (no machine code: nvcc only writes PTX, so they build quickly)
+make -s -j"$JOBS" cuda-ptx
+mkdir -p "$DIST/bin/ptx"
+for p in BF16 FP16 FP32; do
+    for x in $(programs $p); do
+        [ "$x" = test_wgmma ] || cp "build/cuda_$p-ptx/$x" "$DIST/bin/ptx/$x$(suffix $p)"
+    done
+done
 # these live in build/ whatever the precision: -B so that they are bf16 for sure
 make -s -B -j"$JOBS" PRECISION=BF16 build/test_comm build/bench_matmul build/test_fp8 build/bench_fp8
 cp build/test_comm build/bench_matmul build/test_fp8 build/bench_fp8 "$DIST/bin/"

@@ -27,6 +27,9 @@
 #      the step times; the memory trace valid, its peak the run's reported peak
 #  12. generation with the KV cache: dev/test/test_generate.sh on the fp32 build, and a d12's
 #      32 greedy tokens in bf16 the same with and without the cache
+#  13. as smaller GPUs: under GPT2_TEST_GPU_CAP=80, 86 and 89 with the compute_80 PTX builds
+#      (and natively): test_gpt2cu in each precision, FP8 or its refusal, the attention
+#      tests, a resume, GPT-2 124M's step time (CAPS="80 86" picks caps)
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -66,7 +69,7 @@ verdict() { if [ "$1" = 0 ]; then pass "$2"; else fail "$3"; fi; }
 # section "N. title": a section starts, unless UPTO stops the run before it
 # (returns 1, so that its body is skipped, when FROM starts the run after it)
 section() {
-    [ "${1%%.*}" -gt "${UPTO:-12}" ] && finish
+    [ "${1%%.*}" -gt "${UPTO:-13}" ] && finish
     [ "${1%%.*}" -lt "${FROM:-1}" ] && return 1
     note "== $* (at ${SECONDS} s)"
 }
@@ -121,6 +124,36 @@ fi
 TR_BIG="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_train_*.bin"
 TR="-i $DATA/tiny_shakespeare_train_*.bin -j $DATA/tiny_shakespeare_val_*.bin"
 
+# the reference's model and batch options for each shape
+ref_shape() {
+    case $1 in
+    small) echo "--layers 2 --heads 4 --channels 128 --max-seq-len 64 --batch 4 --seq-len 32" ;;
+    long) echo "--layers 2 --heads 2 --channels 128 --max-seq-len 256 --batch 2 --seq-len 192" ;;
+    d12) echo "--model d12 --batch 4 --seq-len 64" ;;
+    esac
+}
+# 20 steps straight (checkpoint every 10) against a resume from the step-10 checkpoint
+R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0 --deterministic 1 $FLAGS"
+# resume_pair PREC_SUFFIX WHAT [TAG FLAG...]: runs A (straight) and B (resumed at 10) of the
+# build PREC_SUFFIX, with FLAGs (logs named with TAG); passes when B's steps 11-20 repeat A's
+resume_pair() {
+    local exe=$BIN/train_gpt2cu$1 what=$2 n=$1${3:-} a b
+    shift 2
+    [ $# -gt 0 ] && shift
+    # shellcheck disable=SC2086
+    run resume "A$n" 120 "$exe" $TR $R "$@" -o "$W/runA$n" -n 10
+    mkdir -p "$W/runB$n"
+    cp "$W/runA$n/model_00000010.bin" "$W/runA$n/state_00000010.bin" "$W/runB$n/" 2>/dev/null
+    # shellcheck disable=SC2086
+    run resume "B$n" 120 "$exe" $TR $R "$@" -o "$W/runB$n" -n 10 -y 1
+    a=$(steps "A$n" | tail -n +11)
+    b=$(steps "B$n")
+    if [ "$(echo "$a" | grep -c .)" = 10 ] && [ "$a" = "$b" ]; then pass "$what resume: steps 11-20 bit-exact"
+    else fail "$what resume: steps 11-20 differ: $(failed "A$n" "B$n")$(diff <(echo "$a") <(echo "$b") | head -3 |
+        tr '\n' ' ')"
+    fi
+}
+
 if [ "$SKIP_TESTS" != 1 ] && section "1. test_gpt2cu against the PyTorch reference"; then
 # the FP8 building blocks (kernels/fp8.cuh): casts and cuBLASLt FP8 matmuls against the CPU
 if [ -x "$BIN/test_fp8" ]; then
@@ -130,14 +163,6 @@ if [ -x "$BIN/test_fp8" ]; then
 fi
 # head size 64 at T=192 reaches flash attention's multi-block paths (and a block cut short
 # by T), which the T <= 64 shapes never do
-# the reference's model and batch options for each shape
-ref_shape() {
-    case $1 in
-    small) echo "--layers 2 --heads 4 --channels 128 --max-seq-len 64 --batch 4 --seq-len 32" ;;
-    long) echo "--layers 2 --heads 2 --channels 128 --max-seq-len 256 --batch 2 --seq-len 192" ;;
-    d12) echo "--model d12 --batch 4 --seq-len 64" ;;
-    esac
-}
 for shape in small long d12; do
     # shellcheck disable=SC2086
     run ref "ref_$shape" 240 python3 dev/gpt2_ref.py $(ref_shape $shape) --out-dir "$W/ref_$shape" --device cuda
@@ -199,27 +224,6 @@ fi
 fi
 
 if section "3. resume, repetition, prefetch"; then
-# 20 steps straight (checkpoint every 10) against a resume from the step-10 checkpoint
-R="-e l4h4c256t256 -b 8 -t 256 -x 20 -l 1e-3 -u 2 -c 0.1 -v 10 -m 2 -s 0 -g 0 --deterministic 1 $FLAGS"
-# resume_pair PREC_SUFFIX WHAT [TAG FLAG...]: runs A (straight) and B (resumed at 10) of the
-# build PREC_SUFFIX, with FLAGs (logs named with TAG); passes when B's steps 11-20 repeat A's
-resume_pair() {
-    local exe=$BIN/train_gpt2cu$1 what=$2 n=$1${3:-} a b
-    shift 2
-    [ $# -gt 0 ] && shift
-    # shellcheck disable=SC2086
-    run resume "A$n" 120 "$exe" $TR $R "$@" -o "$W/runA$n" -n 10
-    mkdir -p "$W/runB$n"
-    cp "$W/runA$n/model_00000010.bin" "$W/runA$n/state_00000010.bin" "$W/runB$n/" 2>/dev/null
-    # shellcheck disable=SC2086
-    run resume "B$n" 120 "$exe" $TR $R "$@" -o "$W/runB$n" -n 10 -y 1
-    a=$(steps "A$n" | tail -n +11)
-    b=$(steps "B$n")
-    if [ "$(echo "$a" | grep -c .)" = 10 ] && [ "$a" = "$b" ]; then pass "$what resume: steps 11-20 bit-exact"
-    else fail "$what resume: steps 11-20 differ: $(failed "A$n" "B$n")$(diff <(echo "$a") <(echo "$b") | head -3 |
-        tr '\n' ' ')"
-    fi
-}
 resume_pair "" bf16
 # the same run again (no checkpoints): bit for bit
 # shellcheck disable=SC2086
@@ -536,6 +540,98 @@ b=$(sed -n '/^----$/,/^----$/p' "$W/gen_bf16_0.log")
 verdict $? "bf16, d12 trained 60 steps: 32 greedy tokens the same with and without the KV cache ($(grep -m1 'tokens/s' \
     "$W/gen_bf16_1.log" | sed 's/^generate: //'))" "bf16 d12 greedy, cached against uncached: '$(echo "$a" | tr '\n' ' ' |
     cut -c1-200)' against '$(echo "$b" | tr '\n' ' ' | cut -c1-200)' $(failed gen_train gen_bf16_1 gen_bf16_0)"
+fi
+
+if section "13. as smaller GPUs: GPT2_TEST_GPU_CAP with the compute_80 PTX builds"; then
+# For each of CAPS (default "native 80 86 89"): native runs the bundle's own binaries (on an
+# H100 its sm_90a code, wgmma attention); 80, 86 and 89 run the PTX-only builds of $BIN/ptx,
+# which the driver compiles for this GPU, with GPT2_TEST_GPU_CAP lowering the compute
+# capability and shared memory per block the kernels choose by to that GPU's (A100; RTX
+# 30xx/A10; RTX 40xx/L4: kernels/common.cuh device_caps). Each: test_gpt2cu in bf16, fp16
+# and fp32 at the three shapes (bf16 also --deterministic 0 at d12), FP8 (test_gpt2cu --fp8 1
+# at d12 where the cap allows it, else its refusal), the attention tests in bf16 and fp16,
+# a 20-step run with a bit-exact resume, and GPT-2 124M's step at B=64, T=1024, -r 0.
+# The driver's compilation is kept between runs (CUDA_CACHE_MAXSIZE: 4 GiB), so only a
+# binary's first run waits for it; those get 600 s.
+export CUDA_CACHE_MAXSIZE=4294967296
+for shape in small long d12; do
+    [ -d "$W/ref_$shape" ] && continue
+    # shellcheck disable=SC2046  # the options as words
+    run caps "ref_$shape" 240 python3 dev/gpt2_ref.py $(ref_shape $shape) --out-dir "$W/ref_$shape" --device cuda
+    rc=$?; verdict $rc "reference $shape" "reference $shape: exit $rc (caps.log)"
+done
+CAP_TABLE="$W/cap_table"
+: > "$CAP_TABLE"
+BIN_NATIVE=$BIN
+for cap in ${CAPS:-native 80 86 89}; do
+    if [ "$cap" = native ]; then
+        unset GPT2_TEST_GPU_CAP
+        BIN=$BIN_NATIVE
+    else
+        export GPT2_TEST_GPU_CAP=$cap
+        BIN=$BIN_NATIVE/ptx
+    fi
+    if [ ! -x "$BIN/train_gpt2cu" ]; then
+        fail "cap $cap: no $BIN/train_gpt2cu (scripts/gpu_bundle.sh builds the PTX ones into dist/gpu/bin/ptx)"
+        continue
+    fi
+    fails_before=$fails
+    for prec in bf16 fp16 fp32; do
+        exe=$BIN/test_gpt2cu
+        [ $prec != bf16 ] && exe=$BIN/test_gpt2cu_$prec
+        lim=600
+        for shape in small long d12; do
+            run caps "c${cap}_${prec}_$shape" $lim "$exe" --ref-dir "$W/ref_$shape"
+            suite "cap $cap: test_gpt2cu $prec $shape" "c${cap}_${prec}_$shape" $?
+            lim=120
+        done
+    done
+    run caps "c${cap}_bf16_nondet" 120 "$BIN/test_gpt2cu" --ref-dir "$W/ref_d12" --deterministic 0
+    suite "cap $cap: test_gpt2cu bf16 d12 --deterministic 0" "c${cap}_bf16_nondet" $?
+    # the cap took effect: the note on stderr, and the attention kernels it implies
+    if [ "$cap" != native ]; then
+        grep -q "GPT2_TEST_GPU_CAP=$cap: GPU" "$W/c${cap}_bf16_small.log"
+        verdict $? "cap $cap: in effect (its note printed)" "cap $cap: no note of the cap in test_gpt2cu's output"
+    fi
+    if [ "$cap" = native ] || [ "$cap" -ge 89 ]; then
+        run caps "c${cap}_fp8" 120 "$BIN/test_gpt2cu" --ref-dir "$W/ref_d12" --fp8 1
+        suite "cap $cap: test_gpt2cu bf16 d12 --fp8 1" "c${cap}_fp8" $?
+    else
+        # shellcheck disable=SC2086
+        run caps "c${cap}_fp8" 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 -o "$W/fp8_refused$cap"
+        rc=$?
+        [ $rc != 0 ] && grep -q "FP8 matmuls need a GPU of compute capability 8.9" "$W/c${cap}_fp8.log"
+        verdict $? "cap $cap: --fp8 1 refused ($(grep -m1 'FP8 matmuls' "$W/c${cap}_fp8.log" | cut -c1-100))" \
+            "cap $cap: --fp8 1 not refused as it should be: exit $rc, $(tail -1 "$W/c${cap}_fp8.log" | cut -c1-120)"
+    fi
+    for sfx in "" _fp16; do
+        run caps "c${cap}_attn$sfx" 600 "$BIN/test_attention$sfx"
+        rc=$?
+        suite "cap $cap: test_attention${sfx:- (bf16)}, $(head -1 "$W/c${cap}_attn$sfx.log" | sed 's/.*, \(.*kernels\).*/\1/')" \
+            "c${cap}_attn$sfx" $rc
+    done
+    want=mma.sync
+    [ "$cap" = native ] && [ -x "$BIN/test_wgmma" ] && "$BIN/test_wgmma" > /dev/null 2>&1 && want=wgmma
+    head -1 "$W/c${cap}_attn.log" | grep -q "$want kernels"
+    verdict $? "cap $cap: attention ran the $want kernels" "cap $cap: attention did not run the $want kernels: \
+$(head -1 "$W/c${cap}_attn.log")"
+    # GPT-2 124M's step (its first run also waits for the driver's compilation)
+    # shellcheck disable=SC2086
+    run caps "c${cap}_time" 600 "$BIN/train_gpt2cu" $TR_BIG -e d12 -b 64 -t 1024 -x 15 -r 0 -l 6e-4 -u 5 -v 0 -m 2 \
+        -s 0 -g 0
+    rc=$?
+    mean=$(grep -E '^mean over' "$W/c${cap}_time.log")
+    [ $rc = 0 ] && [ -n "$mean" ]
+    verdict $? "cap $cap: GPT-2 124M B=64: $mean" "cap $cap: timing run: exit $rc $(failed "c${cap}_time")"
+    resume_pair "" "cap $cap: bf16" "_cap$cap"
+    printf '%s\t%s\t%s\t%s\n' "$cap" "$([ $fails = "$fails_before" ] && echo passed || echo FAILED)" \
+        "$(echo "$mean" | grep -oE '[0-9.]+ ms' | head -1)" "$(echo "$mean" | grep -oE '[0-9,]+ tok/s' | head -1)" \
+        >> "$CAP_TABLE"
+done
+unset GPT2_TEST_GPU_CAP
+BIN=$BIN_NATIVE
+note "cap      checks   GPT-2 124M B=64 T=1024 -r 0: ms a step, tokens/s"
+while IFS=$'\t' read -r c v ms tps; do note "$(printf '%-8s %-8s %s, %s' "$c" "$v" "$ms" "$tps")"; done < "$CAP_TABLE"
 fi
 
 finish

@@ -24,7 +24,7 @@
 # Binaries from $BIN (default dist/gpu/bin, scripts/gpu_bundle.sh), shards from $DATA
 # (default dist/gpu/data). PARTS (default "d48 d24 d12 zero torch"): which groups of rows
 # (PARTS=budget: only the rows of the budget verdicts and the offload cost, planned at about
-# 5 minutes);
+# 5 minutes; PARTS=cards: the settings --max-device-memory names for 24G and 12G, about 6);
 # TABLE_ONLY=1 prints the table of an existing $OUT/rows.tsv.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -166,6 +166,24 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             ours d12 off_b8_r1 "offload -b 8 -r 1 (4G)" 1 3 -b 8 -r 1 --offload 1 --max-device-memory 4G
             ours d12 off2_b8 "offload 2 -b 8 (4G)" 1 3 -b 8 -r 0 --offload 2 --max-device-memory 4G
             ;;
+        cards)
+            # the settings --max-device-memory names for 24 and 12 GiB cards (RTX 3090/4090, L4,
+            # A10; RTX 3060/4070), measured under that budget, each beside its model's
+            # whole-card baseline: the same GPU, so tokens/s are this GPU's, not the smaller card's
+            ours d12 b64 "baseline -b 64" 1 5 -b 64 -r 0
+            ours d12 c24_b32 "-b 32 (24G)" 1 5 -b 32 -r 0 --max-device-memory 24G
+            ours d12 c24_r1 "-b 64 -r 1 (24G)" 1 5 -b 64 -r 1 --max-device-memory 24G
+            ours d12 c12_b16 "-b 16 (12G)" 1 5 -b 16 -r 0 --max-device-memory 12G
+            ours d12 c12_b32_r2 "-b 32 -r 2 (12G)" 1 5 -b 32 -r 2 --max-device-memory 12G
+            ours d24 b32 "baseline -b 32" 1 3 -b 32 -r 0
+            ours d24 c24_b16 "-b 16 (24G)" 1 3 -b 16 -r 0 --max-device-memory 24G
+            ours d24 c24_off2_r1 "offload 2 -b 32 -r 1 (24G)" 1 3 -b 32 -r 1 --offload 2 --max-device-memory 24G
+            ours d24 c12_b8_r1 "-b 8 -r 1 (12G)" 1 3 -b 8 -r 1 --max-device-memory 12G
+            ours d24 c12_off2_b16_r2 "offload 2 -b 16 -r 2 (12G)" 1 3 -b 16 -r 2 --offload 2 --max-device-memory 12G
+            ours d48 b16 "baseline -b 16" 1 2 -b 16 -r 0
+            ours d48 c24_off2_b4 "offload 2 -b 4 (24G)" 1 2 -b 4 -r 0 --offload 2 --max-device-memory 24G
+            ours d48 c12_off2_b2 "offload 2 -b 2 (12G)" 1 2 -b 2 -r 0 --offload 2 --max-device-memory 12G
+            ;;
         zero)
             for model in d24 d48; do
                 b=8
@@ -190,7 +208,7 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             torch_row d48 b4_fsdp_off "-b 4 FSDP CPU offload, ckpt, 65k tok/step" --batch 4 --grad-accum 16 \
                 --compile none --fsdp offload --checkpoint blocks
             ;;
-        *) echo "unknown part '$part' (d48 d24 d12 zero torch budget)"; exit 1 ;;
+        *) echo "unknown part '$part' (d48 d24 d12 zero torch budget cards)"; exit 1 ;;
         esac
     done
 fi
