@@ -212,12 +212,15 @@ static void trainer_position_losses(GpuTrainer *t, const int *inputs, const int 
 }
 
 // Sampling: row 0 of a B=1 forward at the full T holds the text so far, ids[0..n) (padded with
-// EOT; attention is causal, so the padding does not change the logits at position n-1);
+// token 0; attention is causal, so the padding does not change the logits at position n-1);
 // that position's logits to the host.
 static void trainer_next_logits(GpuTrainer *t, const int *ids, int n, float *logits) {
     GPT2 *m = &t->model;
     const int T = m->T, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
-    batch_upload(&t->batch, ids, NULL, 1, T, m->stream);
+    int *padded = (int *)xmalloc((size_t)T * sizeof(int));  // (ids holds n tokens, not T)
+    for (int i = 0; i < T; i++) padded[i] = i < n ? ids[i] : 0;
+    batch_upload(&t->batch, padded, NULL, 1, T, m->stream);
+    free(padded);
     const DeviceBatch b = batch_on_device(&t->batch, 0);
     gpt2_forward(m, &b, 1, T);
     floatX *row = (floatX *)xmalloc((size_t)Vp * sizeof(floatX));
