@@ -607,14 +607,16 @@ for cap in ${CAPS:-native 80 86 89}; do
     for sfx in "" _fp16; do
         run caps "c${cap}_attn$sfx" 600 "$BIN/test_attention$sfx"
         rc=$?
-        suite "cap $cap: test_attention${sfx:- (bf16)}, $(head -1 "$W/c${cap}_attn$sfx.log" | sed 's/.*, \(.*kernels\).*/\1/')" \
+        suite "cap $cap: test_attention${sfx:- (bf16)}, $(grep -m1 '^test_attention (' "$W/c${cap}_attn$sfx.log" |
+            sed 's/.*, \(.*kernels\).*/\1/')" \
             "c${cap}_attn$sfx" $rc
     done
     want=mma.sync
     [ "$cap" = native ] && [ -x "$BIN/test_wgmma" ] && "$BIN/test_wgmma" > /dev/null 2>&1 && want=wgmma
-    head -1 "$W/c${cap}_attn.log" | grep -q "$want kernels"
+    # (the test's header line; the cap's note on stderr may come first)
+    grep -m1 '^test_attention (' "$W/c${cap}_attn.log" | grep -q "$want kernels"
     verdict $? "cap $cap: attention ran the $want kernels" "cap $cap: attention did not run the $want kernels: \
-$(head -1 "$W/c${cap}_attn.log")"
+$(grep -m1 '^test_attention (' "$W/c${cap}_attn.log")"
     # GPT-2 124M's step (its first run also waits for the driver's compilation)
     # shellcheck disable=SC2086
     run caps "c${cap}_time" 600 "$BIN/train_gpt2cu" $TR_BIG -e d12 -b 64 -t 1024 -x 15 -r 0 -l 6e-4 -u 5 -v 0 -m 2 \
