@@ -38,10 +38,6 @@ typedef struct {
 static void gpu_settings_defaults(GpuSettings *s) {
     memset(s, 0, sizeof *s);
     train_options_defaults(&s->o, 1024);
-    // the GPU's KV cache (gpu/generate.cuh) is built and compiled but has not yet run on a
-    // GPU: until gpu_check.sh's section 12 has passed on one, samples take the training
-    // forward over the whole text, as before, unless --kv-cache 1 asks for the cache
-    s->o.kv_cache = 0;
     s->recompute = 1;
     s->flash = FLASH_AUTO;
     s->master_weights = 1;
