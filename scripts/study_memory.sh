@@ -170,9 +170,9 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
             # the settings --max-device-memory names for 24 and 12 GiB cards (RTX 3090/4090, L4,
             # A10; RTX 3060/4070), measured under that budget, each beside its model's
             # whole-card baseline: the same GPU, so tokens/s are this GPU's, not the smaller card's
-            ours d12 b64 "baseline -b 64" 1 5 -b 64 -r 0
+            ours d12 b64 "baseline -b 64" 1 12 -b 64 -r 0
             ours d12 c24_b32 "-b 32 (24G)" 1 5 -b 32 -r 0 --max-device-memory 24G
-            ours d12 c24_r1 "-b 64 -r 1 (24G)" 1 5 -b 64 -r 1 --max-device-memory 24G
+            ours d12 c24_r1 "-b 64 -r 1 (24G)" 1 12 -b 64 -r 1 --max-device-memory 24G
             ours d12 c12_b16 "-b 16 (12G)" 1 5 -b 16 -r 0 --max-device-memory 12G
             ours d12 c12_b32_r2 "-b 32 -r 2 (12G)" 1 5 -b 32 -r 2 --max-device-memory 12G
             ours d24 b32 "baseline -b 32" 1 3 -b 32 -r 0
