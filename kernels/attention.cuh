@@ -286,9 +286,13 @@ static int flash_attention_atomic_dq(int hs, int deterministic) {
     return !deterministic && !(hs == 64 && flash_wgmma_runs_here());
 }
 
-static size_t flash_attention_backward_scratch_elems(int B, int T, int C, int NH, int deterministic) {
+// atomic_dq: with room for the atomic-dq backward's dq accumulator
+static size_t flash_backward_scratch_elems_for(int B, int T, int C, int NH, int atomic_dq) {
     size_t rows = (size_t)B * NH * T;
-    return flash_dq_acc_offset(rows, C) + (flash_attention_atomic_dq(C / NH, deterministic) ? (size_t)B * T * C : 0);
+    return flash_dq_acc_offset(rows, C) + (atomic_dq ? (size_t)B * T * C : 0);
+}
+static size_t flash_attention_backward_scratch_elems(int B, int T, int C, int NH, int deterministic) {
+    return flash_backward_scratch_elems_for(B, T, C, NH, flash_attention_atomic_dq(C / NH, deterministic));
 }
 
 #if PRECISION != PRECISION_FP32

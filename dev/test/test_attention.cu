@@ -195,9 +195,7 @@ static void check(const char *what, double err, double tol) {
 
 // scratch for any backward, the atomic-dq variants included: those run here by name even
 // where the launchers would not take them (a 9.0 GPU's wgmma backward needs no dq_acc)
-static size_t scratch_elems_any(int B, int T, int C, int NH) {
-    return flash_dq_acc_offset((size_t)B * NH * T, C) + (size_t)B * T * C;
-}
+static size_t scratch_elems_any(int B, int T, int C, int NH) { return flash_backward_scratch_elems_for(B, T, C, NH, 1); }
 
 // atomic: the backward under test is the atomic-dq one (dq's bits may differ between runs)
 static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
