@@ -280,10 +280,11 @@ static size_t flash_dq_acc_offset(size_t rows, int C) {
 // fp32 build).
 static bool flash_wgmma_runs_here(void);
 // Whether the backward adds dq with atomics: --deterministic 0 on the mma.sync kernels. The
-// wgmma backward (head size 64 on a 9.0 GPU, build with sm_90a) is deterministic and the
-// faster in both modes. Without a GPU to ask (a memory plan), the atomic one: the larger scratch.
+// wgmma backward (head size 64 or 128 on a 9.0 GPU, build with sm_90a) is deterministic and
+// the faster in both modes. Without a GPU to ask (a memory plan), the atomic one: the larger
+// scratch.
 static int flash_attention_atomic_dq(int hs, int deterministic) {
-    return !deterministic && !(hs == 64 && flash_wgmma_runs_here());
+    return !deterministic && !((hs == 64 || hs == 128) && flash_wgmma_runs_here());
 }
 
 // atomic_dq: with room for the atomic-dq backward's dq accumulator
@@ -1030,8 +1031,8 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
 template <int HS>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
-    if constexpr (HS == 64)
-        if (flash_wgmma_runs_here()) return flash90::forward(out, lse, qkv, B, T, NH, s);
+    if constexpr (HS == 64 || HS == 128)
+        if (flash_wgmma_runs_here()) return flash90::forward<HS>(out, lse, qkv, B, T, NH, s);
 #endif
     forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }
@@ -1099,9 +1100,9 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
                      const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
     // the wgmma backward is deterministic and faster than the atomic-dq one: both modes take it
-    if constexpr (HS == 64)
+    if constexpr (HS == 64 || HS == 128)
         if (flash_wgmma_runs_here())
-            return flash90::backward(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+            return flash90::backward<HS>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 #endif
     using Cf = Cfg<HS>;
     const DeviceCaps *caps = device_caps();

@@ -1,15 +1,27 @@
 // kernels/attention_sm90.cuh: flash attention on Hopper's warpgroup matrix instructions
-// (wgmma, sm_90a), head size 64; included by attention.cuh, whose launchers pick these
-// kernels on a GPU of compute capability 9.0 when the build includes sm_90a (FLASH_WGMMA=1:
-// the Makefile's GPU_ARCH=90a, and all); flash_wgmma_runs_here at the end says which.
+// (wgmma, sm_90a), head sizes 64 and 128; included by attention.cuh, whose launchers pick
+// these kernels on a GPU of compute capability 9.0 when the build includes sm_90a
+// (FLASH_WGMMA=1: the Makefile's GPU_ARCH=90a, and all); flash_wgmma_runs_here at the end
+// says which.
 //
 // The same algorithm as attention.cuh's mma.sync kernels (FlashAttention-2: online softmax
 // forward keeping the log-sum-exp, backward recomputing P), with each matrix product issued
 // by a warpgroup of 4 warps as one wgmma over 64 rows instead of per-warp 16-row mma.sync:
-// the operands come straight from shared memory (the dk/dv kernel keeps its K and V rows in
-// registers, read once with ldmatrix), the accumulators stay in registers, and P / dS feed
-// the next product from registers. Kernels: forward (fwd_kernel), backward as dq (bwd_dq_kernel)
-// and dk, dv (bwd_dkdv_kernel), deterministic; tile shapes and what was measured: docs/performance-notes.md.
+// the operands come straight from shared memory (the dk/dv kernel keeps K and V rows in
+// registers at head size 64, read once with ldmatrix), the accumulators stay in registers,
+// and P / dS feed the next product from registers. Kernels: forward (fwd_kernel, head size
+// 64; fwd_pipe_kernel, both), backward as dq (bwd_dq_kernel) and dk, dv (bwd_dkdv_kernel),
+// deterministic. The *pipe* forward and both backward kernels are software-pipelined within
+// the warpgroup (FlashAttention-3's intra-warpgroup overlap): the next block's scores are
+// issued before the softmax of this one, so that one waits for the other's products only.
+// Tile shapes and what was measured: docs/performance-notes.md.
+//
+// wgmma under a branch: ptxas serialises every wgmma of a kernel (waits after each) where a
+// product is issued under a condition it cannot prove uniform over the warpgroup, or where
+// commit groups differ between paths. So the warpgroup's index is read through a shuffle
+// (warpgroup_index) and the pipelined loops issue the same products on every path (a
+// warpgroup walks its block's key blocks past its own last row, all masked). Build with
+// -Xptxas -v and look for "Potential Performance Loss" (C7514, C7520, C7512) after a change.
 //
 // Shared-memory tiles: a tile is ROWS x 64 bf16/fp16, 128 bytes a row, the 16-byte chunk c of
 // row r stored at chunk c ^ (r & 7): attention.cuh's load_tile layout. With the tile at a
@@ -72,8 +84,11 @@ __device__ __forceinline__ uint64_t desc_mn(const floatX *tile, int kk) { return
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-// wait until every wgmma group this warpgroup committed is done
+// wait until every wgmma group this warpgroup committed is done (wg_wait_n: all but the N
+// most recent; groups complete in the order they were committed)
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait_n() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // after wg_wait: keeps the compiler from reading accumulators before the wait
 template <int N>
 __device__ __forceinline__ void wg_fence_regs(float (&d)[N]) {
@@ -148,6 +163,9 @@ __device__ __forceinline__ void zero(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) d[i] = 0.0f;
 }
+// this thread's warpgroup, read from lane 0 so that the compiler knows it is the same in every
+// lane: branches on it are then not divergent, and wgmma after them need not be serialised
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0); }
 // the dynamic shared memory from its first 1024-byte boundary on
 __device__ __forceinline__ floatX *smem_base() {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -225,7 +243,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     floatX *sQ = smem_base();
     floatX *sK = sQ + BM * HS;      // 2 buffers
     floatX *sV = sK + 2 * BN * HS;  // 2 buffers
-    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
@@ -286,32 +304,173 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
 }
 
 // ---------------------------------------------------------------------------------------
-// backward, dq (deterministic): one block = NWG warpgroups x 64 query rows, walking the key
-// blocks of 64 up to the diagonal in order. Per block: S = Q K^T and dP = dO V^T (one batch of
-// wgmma), dS = P (dP - D) in registers, dQ += dS K.
-// (Q and dO as register A operands measured slower: 32 more registers cost occupancy)
-template <int NWG, int MINB>
-__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                                          const float *lse, const float *D, int T, int NH,
-                                                          float scale_log2, float scale) {
+// tiles of head size 128: two 64-column halves, each a ROWS x 64 tile of the layout above
+// (half j at s + j * ROWS * 64), so that every wgmma operand stays one 128-byte swizzle span
+// wide. HSZ = 64: one half, load_tile's layout.
 #if FLASH90_DEVICE_CODE
-    constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128;
+template <int ROWS, int HSZ, int NT>
+__device__ __forceinline__ void load_halves(floatX *s, const floatX *g, int row0, int stride, int T) {
+    if constexpr (HSZ == 64) {
+        load_tile<ROWS, HS, NT>(s, g, row0, stride, T);
+    } else {
+        static_assert(HSZ == 128, "load_halves: head size 64 or 128");
+        load_tile<ROWS, HS, NT>(s, g, row0, stride, T);
+        load_tile<ROWS, HS, NT>(s + ROWS * HS, g + HS, row0, stride, T);
+    }
+}
+// out rows row_lo, row_lo + 8 of head h = O / l (O: HSZ / 64 halves), and their log-sum-exp
+template <int HSZ>
+__device__ __forceinline__ void write_out_hs(floatX *out, float *lse, const float (&o)[HSZ / 64][32],
+                                             const float (&mrow)[2], const float (&lrow)[2], int b, int h, int bh,
+                                             int row_lo, int tq, int T, int C) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = row_lo + 8 * r;
+        if (row < T) {
+            float inv = 1.0f / l;
+            floatX *op = out + ((size_t)b * T + row) * C + h * HSZ + 2 * tq;
+#pragma unroll
+            for (int hf = 0; hf < HSZ / 64; hf++)
+#pragma unroll
+                for (int j = 0; j < HS / 8; j++)
+                    *reinterpret_cast<uint32_t *>(op + 64 * hf + 8 * j) =
+                        pack2(o[hf][4 * j + 2 * r] * inv, o[hf][4 * j + 2 * r + 1] * inv);
+            if (tq == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(l)) * 0.69314718055994531f;
+        }
+    }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------
+// forward, software-pipelined within the warpgroup: step n issues S_n = Q K_n^T and then
+// O += P_{n-1} V_{n-1}, waits for S_n alone and runs block n's mask and softmax while the
+// P V product is still on the tensor cores; O takes block n's rescale once that product is
+// done. K runs one block ahead of V: step n loads K_{n+1} and V_n (double-buffered each).
+// P_{n-1} stays packed in registers the in-flight product reads, so block n's P is packed
+// only after the wait. Head size HSZ 64 or 128 (tiles in halves: load_halves).
+template <int HSZ, int NWG, int BN, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, float *lse, const floatX *qkv, int T,
+                                                                  int NH, float scale_log2) {
+#if FLASH90_DEVICE_CODE
+    constexpr int BM = 64 * NWG, NT = NWG * 128, NH_ = HSZ / 64;
     floatX *sQ = smem_base();
-    floatX *sO = sQ + BM * HS;      // dout
-    floatX *sK = sO + BM * HS;      // 2 buffers
-    floatX *sV = sK + 2 * BN * HS;  // 2 buffers
-    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    floatX *sK = sQ + BM * HSZ;      // 2 buffers
+    floatX *sV = sK + 2 * BN * HSZ;  // 2 buffers
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
+    const int q0 = mb * BM, wq0 = q0 + wg * 64;
+    const int row_lo = wq0 + w * 16 + g;
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+
+    load_halves<BM, HSZ, NT>(sQ, qb, q0, 3 * C, T);
+    load_halves<BN, HSZ, NT>(sK, kb, 0, 3 * C, T);
+    cp_async_commit();
+
+    float o[NH_][32], s[BN / 2], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}, alpha[2];
+    uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) zero(o[hf]);
+    const floatX *myQ = sQ + wg * 64 * HS;  // (within each half)
+    // step n: K_n and V_{n-1} landed; every warpgroup is done with K_{n-1} and V_{n-2}; K_{n+1}
+    // and V_n start loading
+    auto step_sync = [&](int n) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (n + 1 < nblocks) load_halves<BN, HSZ, NT>(sK + ((n + 1) & 1) * BN * HSZ, kb, (n + 1) * BN, 3 * C, T);
+        if (n < nblocks) load_halves<BN, HSZ, NT>(sV + (n & 1) * BN * HSZ, vb, n * BN, 3 * C, T);
+        cp_async_commit();
+    };
+    auto issue_s = [&](int n) {
+        const floatX *cK = sK + (n & 1) * BN * HSZ;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HSZ / 16; kk++)
+            mma_ss<BN>(s, desc_k(myQ + (kk / 4) * BM * HS, kk % 4), desc_k(cK + (kk / 4) * BN * HS, kk % 4), kk);
+        wg_commit();
+    };
+    auto issue_pv = [&](int n) {  // O += P_n V_n
+        const floatX *cV = sV + (n & 1) * BN * HSZ;
+        wg_fence();
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o[hf], pa[kk], desc_mn(cV + hf * BN * HS, kk));
+        wg_commit();
+    };
+    // Every warpgroup walks every key block of the block's rows: a warpgroup's blocks after
+    // its last row come out all masked (P = 0). Skipping them would put the products under a
+    // branch, and ptxas then serialises every wgmma of the kernel.
+    step_sync(0);
+    issue_s(0);
+    wg_wait();
+    wg_fence_regs(s);
+    mask_causal<BN>(s, 0, wq0, row_lo, tq);
+    online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s, kk);
+    for (int n = 1; n < nblocks; n++) {
+        step_sync(n);
+        issue_s(n);
+        issue_pv(n - 1);
+        wg_wait_n<1>();
+        wg_fence_regs(s);
+        mask_causal<BN>(s, n * BN, wq0, row_lo, tq);
+        online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
+        wg_wait();
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++) {
+            wg_fence_regs(o[hf]);
+#pragma unroll
+            for (int i = 0; i < 32; i++) o[hf][i] *= alpha[(i >> 1) & 1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s, kk);
+    }
+    step_sync(nblocks);
+    issue_pv(nblocks - 1);
+    wg_wait();
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) wg_fence_regs(o[hf]);
+    write_out_hs<HSZ>(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+#else
+    __trap();
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// backward, dq (deterministic), software-pipelined as fwd_pipe_kernel: one block = NWG
+// warpgroups x 64 query rows, walking the key blocks of 64 up to the diagonal in order; step n issues S_n = Q K_n^T and
+// dP_n = dO V_n^T, then dQ += dS_{n-1} K_{n-1}; waits for the first two alone and forms
+// dS_n while the dQ product runs. K is triple-buffered (K_{n-1} and K_n are read in step n
+// while K_{n+1} loads), V double-buffered. Head size HSZ 64 or 128 (tiles in halves).
+template <int HSZ, int NWG, int MINB>
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout,
+                                                                     const floatX *qkv, const float *lse, const float *D,
+                                                                     int T, int NH, float scale_log2, float scale) {
+#if FLASH90_DEVICE_CODE
+    constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128, NH_ = HSZ / 64;
+    floatX *sQ = smem_base();
+    floatX *sO = sQ + BM * HSZ;      // dout
+    floatX *sK = sO + BM * HSZ;      // 3 buffers
+    floatX *sV = sK + 3 * BN * HSZ;  // 2 buffers
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int mb = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const floatX *ob = dout + (size_t)b * T * C + h * HS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *ob = dout + (size_t)b * T * C + h * HSZ;
     const int q0 = mb * BM, wq0 = q0 + wg * 64, row_lo = wq0 + w * 16 + g;
     const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
 
-    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
-    load_tile<BM, HS, NT>(sO, ob, q0, C, T);
-    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
-    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
+    load_halves<BM, HSZ, NT>(sQ, qb, q0, 3 * C, T);
+    load_halves<BM, HSZ, NT>(sO, ob, q0, C, T);
+    load_halves<BN, HSZ, NT>(sK, kb, 0, 3 * C, T);
+    load_halves<BN, HSZ, NT>(sV, vb, 0, 3 * C, T);
     cp_async_commit();
     float lrow[2], drow[2];
 #pragma unroll
@@ -320,66 +479,92 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         lrow[r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
         drow[r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
     }
-    float dq[32];
-    zero(dq);
-    const floatX *myQ = sQ + wg * 64 * HS, *myO = sO + wg * 64 * HS;
-    for (int n = 0; n < nblocks; n++) {
-        const int buf = n & 1;
+    float dq[NH_][32], s[32], dp[32];
+    uint32_t da[4][4];
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) zero(dq[hf]);
+    const floatX *myQ = sQ + wg * 64 * HS, *myO = sO + wg * 64 * HS;  // (within each half)
+    // step n: K_n, V_n landed; every warpgroup is done with K_{n-2}, V_{n-1}; K_{n+1}, V_{n+1} start
+    auto step_sync = [&](int n) {
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads();
         if (n + 1 < nblocks) {
-            load_tile<BN, HS, NT>(sK + (buf ^ 1) * BN * HS, kb, (n + 1) * BN, 3 * C, T);
-            load_tile<BN, HS, NT>(sV + (buf ^ 1) * BN * HS, vb, (n + 1) * BN, 3 * C, T);
+            load_halves<BN, HSZ, NT>(sK + ((n + 1) % 3) * BN * HSZ, kb, (n + 1) * BN, 3 * C, T);
+            load_halves<BN, HSZ, NT>(sV + ((n + 1) & 1) * BN * HSZ, vb, (n + 1) * BN, 3 * C, T);
             cp_async_commit();
         }
-        const int k0 = n * BN;
-        if (k0 > wq0 + 63) continue;
-        const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
-        float s[32], dp[32];
+    };
+    auto issue_sdp = [&](int n) {
+        const floatX *cK = sK + (n % 3) * BN * HSZ, *cV = sV + (n & 1) * BN * HSZ;
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+        for (int kk = 0; kk < HSZ / 16; kk++)
+            mma_ss<64>(s, desc_k(myQ + (kk / 4) * BM * HS, kk % 4), desc_k(cK + (kk / 4) * BN * HS, kk % 4), kk);
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
+        for (int kk = 0; kk < HSZ / 16; kk++)
+            mma_ss<64>(dp, desc_k(myO + (kk / 4) * BM * HS, kk % 4), desc_k(cV + (kk / 4) * BN * HS, kk % 4), kk);
         wg_commit();
-        wg_wait();
+    };
+    auto issue_dq = [&](int n) {  // dQ += dS_n K_n
+        const floatX *cK = sK + (n % 3) * BN * HSZ;
+        wg_fence();
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(dq[hf], da[kk], desc_mn(cK + hf * BN * HS, kk));
+        wg_commit();
+    };
+    // dS_n = P (dP - D) into s; the causal mask only in blocks the diagonal crosses
+    auto form_ds = [&](int n) {
+        const int k0 = n * BN;
+        const bool masked = k0 + BN - 1 > wq0;
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int r = (i >> 1) & 1;
+            float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
+            if (masked && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
+            s[i] = p * (dp[i] - drow[r]);
+        }
+    };
+    // every warpgroup walks every key block (see fwd_pipe_kernel)
+    step_sync(0);
+    issue_sdp(0);
+    wg_wait();
+    wg_fence_regs(s);
+    wg_fence_regs(dp);
+    form_ds(0);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
+    for (int n = 1; n < nblocks; n++) {
+        step_sync(n);
+        issue_sdp(n);
+        issue_dq(n - 1);
+        wg_wait_n<1>();
         wg_fence_regs(s);
         wg_fence_regs(dp);
-        // dS = P (dP - D); the causal mask only in blocks the diagonal crosses (two copies of
-        // the loop, so the others carry no per-element compare and select). The condition is
-        // uniform over the warpgroup: the compiler may copy the .aligned wgmma that follows into
-        // both arms, and all warps of a warpgroup must issue the same one.
-        auto form_ds = [&](auto masked) {
+        form_ds(n);
+        wg_wait();
 #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                const int r = (i >> 1) & 1;
-                float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
-                if (decltype(masked)::value && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
-                s[i] = p * (dp[i] - drow[r]);
-            }
-        };
-        if (k0 + BN - 1 > wq0) form_ds(std::true_type{});
-        else form_ds(std::false_type{});
-        uint32_t da[4][4];
+        for (int hf = 0; hf < NH_; hf++) wg_fence_regs(dq[hf]);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(dq, da[kk], desc_mn(cK, kk));
-        wg_commit();
-        wg_wait();
-        wg_fence_regs(dq);
     }
+    issue_dq(nblocks - 1);
+    wg_wait();
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) wg_fence_regs(dq[hf]);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row_lo + 8 * r;
         if (row < T) {
-            floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HS + 2 * tq;
+            floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HSZ + 2 * tq;
 #pragma unroll
-            for (int j = 0; j < HS / 8; j++)
-                *reinterpret_cast<uint32_t *>(p + 8 * j) =
-                    pack2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
+            for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+                for (int j = 0; j < HS / 8; j++)
+                    *reinterpret_cast<uint32_t *>(p + 64 * hf + 8 * j) =
+                        pack2(dq[hf][4 * j + 2 * r] * scale, dq[hf][4 * j + 2 * r + 1] * scale);
         }
     }
 #else
@@ -403,131 +588,179 @@ __device__ __forceinline__ void load_rows_ld(float *sL, float *sD, const float *
 #endif
 
 // ---------------------------------------------------------------------------------------
-// backward, dk and dv: one block = NWG warpgroups x 64 keys of one head, walking the query
-// blocks of 64 from the diagonal to the end in order. Computed transposed, keys as rows, so
-// that P^T and dS^T are accumulators and feed dV += P^T dO and dK += dS^T Q from registers:
-// S^T = K Q^T and dP^T = V dO^T (one batch), then P^T, dV issued, dS^T = P^T (dP^T - D)
-// computed while it runs, then dK.
-// (An atomic-dq form, dq += dS K from dS^T staged in shared memory with fp32 atomics, 5
-// products instead of 7, measured no faster than this kernel plus the dq kernel: removed.)
-template <int NWG, int MINB>
+// backward, dk and dv, software-pipelined as fwd_pipe_kernel: one block = NWG warpgroups x 64
+// keys of one head, walking the query blocks of 64 from the diagonal to the end in order.
+// Computed transposed, keys as rows, so that P^T and dS^T are accumulators and feed
+// dV += P^T dO and dK += dS^T Q from registers. Step m issues S^T_m and dP^T_m,
+// then dV += P^T_{m-1} dO_{m-1} and dK += dS^T_{m-1} Q_{m-1}; waits for the first two alone and
+// forms P^T_m and dS^T_m while the other two run. Q and dO are triple-buffered (block m - 1's
+// and m's are read in step m while m + 1's load); the log-sum-exp and D double-buffered.
+// Head size HSZ 64 or 128 (tiles in halves); at 128, K and V stay in shared memory (as
+// register A operands they would need 64 more registers than a thread has left).
+template <int HSZ, int NWG, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout,
-                                                                  const floatX *qkv, const float *lse, const float *D,
-                                                                  int T, int NH, float scale_log2, float scale) {
+                                                                       const floatX *qkv, const float *lse,
+                                                                       const float *D, int T, int NH, float scale_log2,
+                                                                       float scale) {
 #if FLASH90_DEVICE_CODE
-    constexpr int BN = 64 * NWG, BM = 64, NT = NWG * 128;
+    constexpr int BN = 64 * NWG, BM = 64, NT = NWG * 128, NH_ = HSZ / 64;
+    constexpr bool KV_REGS = HSZ == 64;
     floatX *sK = smem_base();
-    floatX *sV = sK + BN * HS;
-    floatX *sQ = sV + BN * HS;      // 2 buffers
-    floatX *sO = sQ + 2 * BM * HS;                            // dout, 2 buffers
-    float *sL = reinterpret_cast<float *>(sO + 2 * BM * HS);  // lse, 2 buffers
-    float *sD = sL + 2 * BM;                                  // D, 2 buffers
-    const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-    const int nb = blockIdx.x;  // key block 0 has the most work: first
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const floatX *ob = dout + (size_t)b * T * C + h * HS;
+    floatX *sV = sK + BN * HSZ;
+    floatX *sQ = sV + BN * HSZ;                                // 3 buffers
+    floatX *sO = sQ + 3 * BM * HSZ;                            // dout, 3 buffers
+    float *sL = reinterpret_cast<float *>(sO + 3 * BM * HSZ);  // lse, 2 buffers
+    float *sD = sL + 2 * BM;                                   // D, 2 buffers
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int nb = blockIdx.x;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
+    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
+    const floatX *ob = dout + (size_t)b * T * C + h * HSZ;
     const float *lb = lse + (size_t)bh * T, *db = D + (size_t)bh * T;
-    const int k0 = nb * BN, wk0 = k0 + wg * 64, key_lo = wk0 + w * 16 + g;  // keys key_lo, key_lo + 8
+    const int k0 = nb * BN, wk0 = k0 + wg * 64, key_lo = wk0 + w * 16 + g;
     const int mstart = k0 / BM, mend = (T + BM - 1) / BM;
 
-    load_tile<BN, HS, NT>(sK, kb, k0, 3 * C, T);
-    load_tile<BN, HS, NT>(sV, vb, k0, 3 * C, T);
-    load_tile<BM, HS, NT>(sQ, qb, mstart * BM, 3 * C, T);
-    load_tile<BM, HS, NT>(sO, ob, mstart * BM, C, T);
+    load_halves<BN, HSZ, NT>(sK, kb, k0, 3 * C, T);
+    load_halves<BN, HSZ, NT>(sV, vb, k0, 3 * C, T);
+    load_halves<BM, HSZ, NT>(sQ, qb, mstart * BM, 3 * C, T);
+    load_halves<BM, HSZ, NT>(sO, ob, mstart * BM, C, T);
     load_rows_ld<BM>(sL, sD, lb, db, mstart * BM, T);
     cp_async_commit();
-    float dk[32], dv[32];
-    zero(dk);
-    zero(dv);
-    const floatX *myK = sK + wg * 64 * HS, *myV = sV + wg * 64 * HS;
-    uint32_t ka[4][4], va[4][4];  // K and V as A operands (half the shared-memory reads)
+    float dk[NH_][32], dv[NH_][32], st[32], dpt[32];
+    uint32_t pa[4][4], da[4][4];
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) {
+        zero(dk[hf]);
+        zero(dv[hf]);
+    }
+    const floatX *myK = sK + wg * 64 * HS, *myV = sV + wg * 64 * HS;  // (within each half)
+    uint32_t ka[KV_REGS ? 4 : 1][4], va[KV_REGS ? 4 : 1][4];
     cp_async_wait<0>();
     __syncthreads();
-    tile_to_a(ka, myK, w, lane);
-    tile_to_a(va, myV, w, lane);
-    for (int m = mstart; m < mend; m++) {
-        const int buf = (m - mstart) & 1;
+    if constexpr (KV_REGS) {
+        tile_to_a(ka, myK, w, lane);
+        tile_to_a(va, myV, w, lane);
+    }
+    // step m (i = m - mstart): block m landed; every warpgroup is done with block m - 2's Q, dO;
+    // block m + 1 starts loading
+    auto step_sync = [&](int m) {
+        const int i = m - mstart;
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads();
         if (m + 1 < mend) {
             const int nq0 = (m + 1) * BM;
-            load_tile<BM, HS, NT>(sQ + (buf ^ 1) * BM * HS, qb, nq0, 3 * C, T);
-            load_tile<BM, HS, NT>(sO + (buf ^ 1) * BM * HS, ob, nq0, C, T);
-            // (with the tiles, asynchronously: plain loads here stalled two of the warps on
-            // the global memory before every block's first product)
-            load_rows_ld<BM>(sL + (buf ^ 1) * BM, sD + (buf ^ 1) * BM, lb, db, nq0, T);
+            load_halves<BM, HSZ, NT>(sQ + ((i + 1) % 3) * BM * HSZ, qb, nq0, 3 * C, T);
+            load_halves<BM, HSZ, NT>(sO + ((i + 1) % 3) * BM * HSZ, ob, nq0, C, T);
+            load_rows_ld<BM>(sL + ((i + 1) & 1) * BM, sD + ((i + 1) & 1) * BM, lb, db, nq0, T);
             cp_async_commit();
         }
-        const int q0 = m * BM;
-        if (q0 + BM - 1 < wk0) continue;  // every query of the block is before every key of this warpgroup
-        const floatX *cQ = sQ + buf * BM * HS, *cO = sO + buf * BM * HS;
-        const float *cL = sL + buf * BM, *cD = sD + buf * BM;
-        float st[32], dpt[32];
+    };
+    auto issue_sdp = [&](int m) {  // S^T_m = K Q_m^T, dP^T_m = V dO_m^T
+        const int i = m - mstart;
+        const floatX *cQ = sQ + (i % 3) * BM * HSZ, *cO = sO + (i % 3) * BM * HSZ;
+        wg_fence();
+        if constexpr (KV_REGS) {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(st, ka[kk], desc_k(cQ, kk), kk);
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(dpt, va[kk], desc_k(cO, kk), kk);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < HSZ / 16; kk++)
+                mma_ss<64>(st, desc_k(myK + (kk / 4) * BN * HS, kk % 4), desc_k(cQ + (kk / 4) * BM * HS, kk % 4), kk);
+#pragma unroll
+            for (int kk = 0; kk < HSZ / 16; kk++)
+                mma_ss<64>(dpt, desc_k(myV + (kk / 4) * BN * HS, kk % 4), desc_k(cO + (kk / 4) * BM * HS, kk % 4), kk);
+        }
+        wg_commit();
+    };
+    auto issue_grads = [&](int m) {  // dV += P^T_m dO_m, dK += dS^T_m Q_m
+        const int i = m - mstart;
+        const floatX *cQ = sQ + (i % 3) * BM * HSZ, *cO = sO + (i % 3) * BM * HSZ;
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(st, ka[kk], desc_k(cQ, kk), kk);
+        for (int hf = 0; hf < NH_; hf++)
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_rs<0>(dpt, va[kk], desc_k(cO, kk), kk);
+            for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dv[hf], pa[kk], desc_mn(cO + hf * BM * HS, kk));
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dk[hf], da[kk], desc_mn(cQ + hf * BM * HS, kk));
         wg_commit();
-        wg_wait();
-        wg_fence_regs(st);
-        wg_fence_regs(dpt);
-        // (the mask's compare stays per element here: the two-copy form of the dq kernel, in
-        // this kernel, gave wrong dk and dv for T > 64; cause not found: docs/performance-notes.md)
-        const bool need_mask = wk0 + w * 16 + 15 > q0;  // some key of this warp is after some query
-        uint32_t pa[4][4], da[4][4];
-        float lq[16];  // log2(e) lse of this thread's 16 query columns 8j + 2tq + e, at 2j + e
+    };
+    // P^T_m into st, dS^T_m = P^T (dP^T - D) into dpt
+    auto form_p_ds = [&](int m) {
+        const int i = m - mstart, q0 = m * BM;
+        const float *cL = sL + (i & 1) * BM, *cD = sD + (i & 1) * BM;
+        const bool need_mask = wk0 + w * 16 + 15 > q0;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const float2 l2 = *reinterpret_cast<const float2 *>(cL + 8 * j + 2 * tq);
-            lq[2 * j] = l2.x * 1.4426950408889634f;
-            lq[2 * j + 1] = l2.y * 1.4426950408889634f;
-        }
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int ql = 8 * (i >> 2) + 2 * tq + (i & 1);
-            float p = fast_exp2(st[i] * scale_log2 - lq[2 * (i >> 2) + (i & 1)]);
-            if (need_mask && key_lo + 8 * ((i >> 1) & 1) > q0 + ql) p = 0.0f;
-            st[i] = p;
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) acc_to_a(pa[kk], st, kk);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dv, pa[kk], desc_mn(cO, kk));
-        wg_commit();
-        float dq_[16];  // D of the same columns
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
             const float2 d2 = *reinterpret_cast<const float2 *>(cD + 8 * j + 2 * tq);
-            dq_[2 * j] = d2.x;
-            dq_[2 * j + 1] = d2.y;
+            const float lq[2] = {l2.x * 1.4426950408889634f, l2.y * 1.4426950408889634f}, dq_[2] = {d2.x, d2.y};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int idx = 4 * j + e, c = e & 1;
+                float p = fast_exp2(st[idx] * scale_log2 - lq[c]);
+                if (need_mask && key_lo + 8 * (e >> 1) > q0 + 8 * j + 2 * tq + c) p = 0.0f;
+                st[idx] = p;
+                dpt[idx] = p * (dpt[idx] - dq_[c]);
+            }
         }
+    };
+    auto pack = [&] {
 #pragma unroll
-        for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - dq_[2 * (i >> 2) + (i & 1)]);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], dpt, kk);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) mma_rs_mn(dk, da[kk], desc_mn(cQ, kk));
-        wg_commit();
+        for (int kk = 0; kk < 4; kk++) {
+            acc_to_a(pa[kk], st, kk);
+            acc_to_a(da[kk], dpt, kk);
+        }
+    };
+    // every warpgroup walks every query block from mstart (see fwd_pipe_kernel)
+    step_sync(mstart);
+    issue_sdp(mstart);
+    wg_wait();
+    wg_fence_regs(st);
+    wg_fence_regs(dpt);
+    form_p_ds(mstart);
+    pack();
+    for (int m = mstart + 1; m < mend; m++) {
+        step_sync(m);
+        issue_sdp(m);
+        issue_grads(m - 1);
+        wg_wait_n<1>();
+        wg_fence_regs(st);
+        wg_fence_regs(dpt);
+        form_p_ds(m);
         wg_wait();
-        wg_fence_regs(dv);
-        wg_fence_regs(dk);
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++) {
+            wg_fence_regs(dv[hf]);
+            wg_fence_regs(dk[hf]);
+        }
+        pack();
+    }
+    issue_grads(mend - 1);
+    wg_wait();
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) {
+        wg_fence_regs(dv[hf]);
+        wg_fence_regs(dk[hf]);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key_lo + 8 * r;
         if (key < T) {
-            floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HS + 2 * tq;
+            floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HSZ + 2 * tq;
 #pragma unroll
-            for (int j = 0; j < HS / 8; j++) {
-                *reinterpret_cast<uint32_t *>(p + 8 * j) =
-                    pack2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
-                *reinterpret_cast<uint32_t *>(p + C + 8 * j) = pack2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-            }
+            for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+                for (int j = 0; j < HS / 8; j++) {
+                    *reinterpret_cast<uint32_t *>(p + 64 * hf + 8 * j) =
+                        pack2(dk[hf][4 * j + 2 * r] * scale, dk[hf][4 * j + 2 * r + 1] * scale);
+                    *reinterpret_cast<uint32_t *>(p + C + 64 * hf + 8 * j) =
+                        pack2(dv[hf][4 * j + 2 * r], dv[hf][4 * j + 2 * r + 1]);
+                }
         }
     }
 #else
@@ -555,17 +788,28 @@ static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T
     LAUNCH_CHECK();
 }
 
+template <int NWG, int BN, int MINB, int HSZ = 64>
+static void forward_pipe_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    constexpr int BM = 64 * NWG;
+    size_t smem = (size_t)(BM + 4 * BN) * HSZ * sizeof(floatX) + SMEM_SLACK;
+    auto kern = fwd_pipe_kernel<HSZ, NWG, BN, MINB>;
+    set_smem(kern, smem);
+    dim3 grid(ceil_div(T, BM), B * NH);
+    kern<<<grid, NWG * 128, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HSZ));
+    LAUNCH_CHECK();
+}
+
 // backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel (each writes its
 // part of dqkv); deterministic, and the fastest here in either --deterministic mode
-template <int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
+template <int HSZ, int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
 static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
                          const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
-    float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * 1.4426950408889634f;
-    flash::bwd_dot<HS>(scratch, NULL, dbias_v, dout, out, B, T, NH, s);
+    float scale = 1.0f / sqrtf((float)HSZ), scale_log2 = scale * 1.4426950408889634f;
+    flash::bwd_dot<HSZ>(scratch, NULL, dbias_v, dout, out, B, T, NH, s);
     {
         constexpr int BM = 64 * DQ_NWG, BN = 64;
-        size_t smem = (size_t)(2 * BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
-        auto kern = bwd_dq_kernel<DQ_NWG, DQ_MINB>;
+        size_t smem = (size_t)(2 * BM + 5 * BN) * HSZ * sizeof(floatX) + SMEM_SLACK;
+        auto kern = bwd_dq_kernel<HSZ, DQ_NWG, DQ_MINB>;
         set_smem(kern, smem);
         kern<<<dim3(ceil_div(T, BM), B * NH), DQ_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
                                                                        scale_log2, scale);
@@ -573,8 +817,8 @@ static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, cons
     }
     {
         constexpr int BN = 64 * KV_NWG, BM = 64;
-        size_t smem = (size_t)(2 * BN + 4 * BM) * HS * sizeof(floatX) + 4 * BM * sizeof(float) + SMEM_SLACK;
-        auto kern = bwd_dkdv_kernel<KV_NWG, KV_MINB>;
+        size_t smem = (size_t)(2 * BN + 6 * BM) * HSZ * sizeof(floatX) + 4 * BM * sizeof(float) + SMEM_SLACK;
+        auto kern = bwd_dkdv_kernel<HSZ, KV_NWG, KV_MINB>;
         set_smem(kern, smem);
         kern<<<dim3(ceil_div(T, BN), B * NH), KV_NWG * 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH,
                                                                        scale_log2, scale);
@@ -582,13 +826,20 @@ static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, cons
     }
 }
 
-// the defaults: the fastest variants of build/test_attention --bench (docs/performance-notes.md)
+// the defaults: the fastest variants of build/test_attention --bench (docs/performance-notes.md).
+// The forward at head size 64 waits for each product (fwd_kernel): with four warpgroups on an
+// SM the others' products and softmax overlap it, and the pipelined one measured 10-20%
+// slower there; at head size 128 (two or three warpgroups an SM) the pipelined one is 1.4x.
+template <int HSZ>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    forward_cfg<2, 64, 2>(out, lse, qkv, B, T, NH, s);
+    if constexpr (HSZ == 64) forward_cfg<2, 64, 2>(out, lse, qkv, B, T, NH, s);
+    else forward_pipe_cfg<1, 64, 3, 128>(out, lse, qkv, B, T, NH, s);
 }
+template <int HSZ>
 static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
                      const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
-    backward_cfg<2, 2, 1, 2>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    if constexpr (HSZ == 64) backward_cfg<64, 1, 3, 1, 2>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    else backward_cfg<128, 1, 2, 2, 1>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 }
 
 }  // namespace flash90

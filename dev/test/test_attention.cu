@@ -130,14 +130,17 @@ typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const 
 // the NWG of each list, then attention.cuh's mma.sync ones; a GPU that does not run wgmma
 // (flash_wgmma_runs_here) starts each list after them
 #if FLASH_WGMMA
-enum { NWG = 3 };
-#define WG_FWD flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_cfg<2, 128, 1>,
-#define WG_FWD_NAMES "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma fwd NWG2 BN128",
-#define WG_BWD flash90::backward_cfg<2, 2, 1, 2>, flash90::backward_cfg<2, 2, 2, 1>, flash90::backward_cfg<1, 3, 1, 2>,
-#define WG_BWD_NAMES "wgmma bwd dq(NWG2 2/SM) kv(NWG1 2/SM)", "wgmma bwd dq(NWG2 2/SM) kv(NWG2)", \
-                     "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)",
+enum { NWG_F = 4, NWG_B = 3 };
+#define WG_FWD flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_cfg<2, 128, 1>, \
+    flash90::forward_pipe_cfg<2, 64, 2>,
+#define WG_FWD_NAMES "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma fwd NWG2 BN128", \
+    "wgmma pipe NWG2 BN64 2/SM",
+#define WG_BWD flash90::backward_cfg<64, 1, 3, 1, 2>, flash90::backward_cfg<64, 1, 3, 2, 1>, \
+    flash90::backward_cfg<64, 1, 2, 1, 2>,
+#define WG_BWD_NAMES "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)", "wgmma bwd dq(NWG1 3/SM) kv(NWG2)", \
+                     "wgmma bwd dq(NWG1 2/SM) kv(NWG1 2/SM)",
 #else
-enum { NWG = 0 };
+enum { NWG_F = 0, NWG_B = 0 };
 #define WG_FWD
 #define WG_FWD_NAMES
 #define WG_BWD
@@ -166,10 +169,31 @@ static const BwdFn abwd_variants[] = {flash::backward_atomic_cfg<64, 2, 32, 2>, 
 static const char *abwd_names[] = {"atomic kv(NW2,BM32,KT2)", "atomic kv(NW4,BM64,KT1)", "atomic kv(NW4,BM32,KT1)",
                                    "atomic kv(NW8,BM64,KT1)", "atomic kv(NW2,BM64,KT1)"};
 static const int NAV = sizeof(abwd_variants) / sizeof(abwd_variants[0]);
+// variants for hs = 128 (wgmma only; none where wgmma does not run; the first of each is the default)
+#if FLASH_WGMMA
+static const FwdFn fwd128_variants[] = {flash90::forward_pipe_cfg<1, 64, 3, 128>, flash90::forward_pipe_cfg<2, 64, 1, 128>,
+                                        flash90::forward_pipe_cfg<2, 128, 1, 128>};
+static const char *fwd128_names[] = {"wgmma pipe hs128 NWG1 BN64 3/SM", "wgmma pipe hs128 NWG2 BN64",
+                                     "wgmma pipe hs128 NWG2 BN128"};
+static const int NF128 = sizeof(fwd128_variants) / sizeof(fwd128_variants[0]);
+static const BwdFn bwd128_variants[] = {flash90::backward_cfg<128, 1, 2, 2, 1>, flash90::backward_cfg<128, 2, 1, 2, 1>,
+                                        flash90::backward_cfg<128, 1, 2, 1, 1>};
+static const char *bwd128_names[] = {"wgmma pipe hs128 dq(NWG1 2/SM) kv(NWG2)", "wgmma pipe hs128 dq(NWG2) kv(NWG2)",
+                                     "wgmma pipe hs128 dq(NWG1 2/SM) kv(NWG1)"};
+static const int NB128 = sizeof(bwd128_variants) / sizeof(bwd128_variants[0]);
+#else
+static const BwdFn *bwd128_variants = NULL;
+static const char **bwd128_names = NULL;
+static const int NB128 = 0;
+static const FwdFn *fwd128_variants = NULL;
+static const char **fwd128_names = NULL;
+static const int NF128 = 0;
+#endif
 // this GPU's variants: fwd_variants[FV0 ..], NFV of them; bwd_variants[BV0 ..], NBV (set by main)
 static int FV0 = 0, BV0 = 0, NFV = 0, NBV = 0;
 static void variants_for_this_gpu(void) {
-    FV0 = BV0 = flash_wgmma_runs_here() ? 0 : NWG;
+    FV0 = flash_wgmma_runs_here() ? 0 : NWG_F;
+    BV0 = flash_wgmma_runs_here() ? 0 : NWG_B;
     NFV = (int)(sizeof(fwd_variants) / sizeof(fwd_variants[0])) - FV0;
     NBV = (int)(sizeof(bwd_variants) / sizeof(bwd_variants[0])) - BV0;
 }
@@ -336,15 +360,20 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     CUDA_CHECK(cudaEventCreate(&e1));
     double flops_f = 2.0 * 2.0 * B * NH * (double)T * T * hs / 2.0, flops_b = 2.5 * flops_f;
     float ms_f, ms_b, ms_f0 = 0.0f;
-    int nf = (hs == 64 && variants) ? NFV : 1, nb = (hs == 64 && variants) ? NBV : 1;
+    const bool v128 = hs == 128 && variants && FV0 == 0 && NF128 > 0;  // the public forward, then these
+    int nf = (hs == 64 && variants) ? NFV : v128 ? NF128 + 1 : 1, nb = (hs == 64 && variants) ? NBV : v128 ? NB128 + 1 : 1;
     for (int v = 0; v < nf || v < nb; v++) {
-        g_fwd = v < nf && nf > 1 ? fwd_variants[FV0 + v] : NULL;
-        g_bwd = v < nb && nb > 1 ? bwd_variants[BV0 + v] : NULL;
+        g_fwd = v128 ? (v >= 1 && v < nf ? fwd128_variants[v - 1] : NULL)
+                     : v < nf && nf > 1 ? fwd_variants[FV0 + v] : NULL;
+        g_bwd = v128 ? (v >= 1 && v < nb ? bwd128_variants[v - 1] : NULL)
+                     : v < nb && nb > 1 ? bwd_variants[BV0 + v] : NULL;
         ms_f = time_ms([&] { do_fwd(out, lse, qkv, B, T, C, NH); }, e0, e1);
         ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
         if (nf > 1 || nb > 1)
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
-                   v < nf ? fwd_names[FV0 + v] : "-", v < nb ? bwd_names[BV0 + v] : "-", ms_f, flops_f / ms_f * 1e-9,
+                   v128 ? (v >= 1 && v < nf ? fwd128_names[v - 1] : "public") : v < nf ? fwd_names[FV0 + v] : "-",
+                   v128 ? (v >= 1 && v < nb ? bwd128_names[v - 1] : "public") : v < nb ? bwd_names[BV0 + v] : "-",
+                   ms_f, flops_f / ms_f * 1e-9,
                    ms_b, flops_b / ms_b * 1e-9);
         if (v == 0) {  // the defaults (the atomic-dq line below reuses this forward time)
             ms_f0 = ms_f;
@@ -439,6 +468,16 @@ int main(int argc, char **argv) {
         run_case(1, 4, 1024, 64, seed + 200 + v, false);
     }
     g_fwd = NULL;
+    g_bwd = NULL;
+    for (int v = 0; FV0 == 0 && (v < NF128 || v < NB128); v++) {  // head size 128's variants
+        g_fwd = fwd128_variants[v < NF128 ? v : 0];
+        g_bwd = bwd128_variants[v < NB128 ? v : 0];
+        printf("variant h128-%d: %s | %s\n", v, fwd128_names[v < NF128 ? v : 0], bwd128_names[v < NB128 ? v : 0]);
+        run_case(1, 6, 512, 128, seed + 500 + v, false);
+        run_case(1, 3, 1000, 128, seed + 600 + v, false);
+    }
+    g_fwd = NULL;
+    g_bwd = NULL;
     for (int v = 1; v < NAV; v++) {
         g_bwd = abwd_variants[v];
         printf("variant a%d: %s\n", v, abwd_names[v]);
