@@ -209,10 +209,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&mrow)
         lrow[(i >> 1) & 1] += p;
     }
 }
-// out rows row_lo, row_lo + 8 of head h = O / l, and their log-sum-exp (natural log)
-__device__ __forceinline__ void write_out(floatX *out, float *lse, const float (&o)[32], const float (&mrow)[2],
-                                          const float (&lrow)[2], int b, int h, int bh, int row_lo, int tq, int T,
-                                          int C) {
+// out rows row_lo, row_lo + 8 of head h = O / l (O: HSZ / 64 halves), and their log-sum-exp
+// (natural log)
+template <int HSZ>
+__device__ __forceinline__ void write_out(floatX *out, float *lse, const float (&o)[HSZ / 64][32],
+                                             const float (&mrow)[2], const float (&lrow)[2], int b, int h, int bh,
+                                             int row_lo, int tq, int T, int C) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float l = lrow[r];
@@ -221,10 +223,13 @@ __device__ __forceinline__ void write_out(floatX *out, float *lse, const float (
         const int row = row_lo + 8 * r;
         if (row < T) {
             float inv = 1.0f / l;
-            floatX *op = out + ((size_t)b * T + row) * C + h * HS + 2 * tq;
+            floatX *op = out + ((size_t)b * T + row) * C + h * HSZ + 2 * tq;
 #pragma unroll
-            for (int j = 0; j < HS / 8; j++)
-                *reinterpret_cast<uint32_t *>(op + 8 * j) = pack2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            for (int hf = 0; hf < HSZ / 64; hf++)
+#pragma unroll
+                for (int j = 0; j < HS / 8; j++)
+                    *reinterpret_cast<uint32_t *>(op + 64 * hf + 8 * j) =
+                        pack2(o[hf][4 * j + 2 * r] * inv, o[hf][4 * j + 2 * r + 1] * inv);
             if (tq == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(l)) * 0.69314718055994531f;
         }
     }
@@ -256,7 +261,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
     cp_async_commit();
 
-    float o[32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    float o_[1][32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // (one 64-column half)
+    float(&o)[32] = o_[0];
     zero(o);
     // Q stays an all-shared operand here: with Q as a register A operand (as K and V are in the
     // dk/dv kernel) this kernel gave wrong results from the second key block on, for a 1.5%
@@ -297,7 +303,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
         wg_wait();
         wg_fence_regs(o);
     }
-    write_out(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+    write_out<HS>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 #else
     __trap();
 #endif
@@ -316,30 +322,6 @@ __device__ __forceinline__ void load_halves(floatX *s, const floatX *g, int row0
         static_assert(HSZ == 128, "load_halves: head size 64 or 128");
         load_tile<ROWS, HS, NT>(s, g, row0, stride, T);
         load_tile<ROWS, HS, NT>(s + ROWS * HS, g + HS, row0, stride, T);
-    }
-}
-// out rows row_lo, row_lo + 8 of head h = O / l (O: HSZ / 64 halves), and their log-sum-exp
-template <int HSZ>
-__device__ __forceinline__ void write_out_hs(floatX *out, float *lse, const float (&o)[HSZ / 64][32],
-                                             const float (&mrow)[2], const float (&lrow)[2], int b, int h, int bh,
-                                             int row_lo, int tq, int T, int C) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = row_lo + 8 * r;
-        if (row < T) {
-            float inv = 1.0f / l;
-            floatX *op = out + ((size_t)b * T + row) * C + h * HSZ + 2 * tq;
-#pragma unroll
-            for (int hf = 0; hf < HSZ / 64; hf++)
-#pragma unroll
-                for (int j = 0; j < HS / 8; j++)
-                    *reinterpret_cast<uint32_t *>(op + 64 * hf + 8 * j) =
-                        pack2(o[hf][4 * j + 2 * r] * inv, o[hf][4 * j + 2 * r + 1] * inv);
-            if (tq == 0) lse[(size_t)bh * T + row] = (mrow[r] + log2f(l)) * 0.69314718055994531f;
-        }
     }
 }
 #endif
@@ -437,7 +419,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, 
     wg_wait();
 #pragma unroll
     for (int hf = 0; hf < NH_; hf++) wg_fence_regs(o[hf]);
-    write_out_hs<HSZ>(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+    write_out<HSZ>(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 #else
     __trap();
 #endif
