@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float
     floatX *sQ = smem_base();
     floatX *sK = sQ + BM * HS;      // 2 buffers
     floatX *sV = sK + 2 * BN * HS;  // 2 buffers
-    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
     const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
@@ -341,7 +342,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, 
     floatX *sQ = smem_base();
     floatX *sK = sQ + BM * HSZ;      // 2 buffers
     floatX *sV = sK + 2 * BN * HSZ;  // 2 buffers
-    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
     const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
@@ -427,21 +429,23 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, 
 
 // ---------------------------------------------------------------------------------------
 // backward, dq (deterministic), software-pipelined as fwd_pipe_kernel: one block = NWG
-// warpgroups x 64 query rows, walking the key blocks of 64 up to the diagonal in order; step n issues S_n = Q K_n^T and
-// dP_n = dO V_n^T, then dQ += dS_{n-1} K_{n-1}; waits for the first two alone and forms
-// dS_n while the dQ product runs. K is triple-buffered (K_{n-1} and K_n are read in step n
-// while K_{n+1} loads), V double-buffered. Head size HSZ 64 or 128 (tiles in halves).
+// warpgroups x 64 query rows, walking the key blocks of 64 up to the diagonal in order.
+// Step n issues S_n = Q K_n^T and dP_n = dO V_n^T, then dQ += dS_{n-1} K_{n-1}; waits for
+// the first two alone and forms dS_n while the dQ product runs. K is triple-buffered
+// (K_{n-1} and K_n are read in step n while K_{n+1} loads), V double-buffered. Head size
+// HSZ 64 or 128 (tiles in halves).
 template <int HSZ, int NWG, int MINB>
-__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout,
-                                                                     const floatX *qkv, const float *lse, const float *D,
-                                                                     int T, int NH, float scale_log2, float scale) {
+__global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                                const float *lse, const float *D, int T, int NH,
+                                                                float scale_log2, float scale) {
 #if FLASH90_DEVICE_CODE
     constexpr int BM = 64 * NWG, BN = 64, NT = NWG * 128, NH_ = HSZ / 64;
     floatX *sQ = smem_base();
     floatX *sO = sQ + BM * HSZ;      // dout
     floatX *sK = sO + BM * HSZ;      // 3 buffers
     floatX *sV = sK + 3 * BN * HSZ;  // 2 buffers
-    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
     const int mb = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
@@ -581,9 +585,8 @@ __device__ __forceinline__ void load_rows_ld(float *sL, float *sD, const float *
 // register A operands they would need 64 more registers than a thread has left).
 template <int HSZ, int NWG, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv, const floatX *dout,
-                                                                       const floatX *qkv, const float *lse,
-                                                                       const float *D, int T, int NH, float scale_log2,
-                                                                       float scale) {
+                                                                  const floatX *qkv, const float *lse, const float *D,
+                                                                  int T, int NH, float scale_log2, float scale) {
 #if FLASH90_DEVICE_CODE
     constexpr int BN = 64 * NWG, BM = 64, NT = NWG * 128, NH_ = HSZ / 64;
     constexpr bool KV_REGS = HSZ == 64;
@@ -593,7 +596,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     floatX *sO = sQ + 3 * BM * HSZ;                            // dout, 3 buffers
     float *sL = reinterpret_cast<float *>(sO + 3 * BM * HSZ);  // lse, 2 buffers
     float *sD = sL + 2 * BM;                                   // D, 2 buffers
-    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
     const int nb = blockIdx.x;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
     const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
