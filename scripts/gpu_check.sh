@@ -614,9 +614,9 @@ for cap in ${CAPS:-native 80 86 89}; do
     want=mma.sync
     [ "$cap" = native ] && [ -x "$BIN/test_wgmma" ] && "$BIN/test_wgmma" > /dev/null 2>&1 && want=wgmma
     # (the test's header line; the cap's note on stderr may come first)
-    grep -m1 '^test_attention (' "$W/c${cap}_attn.log" | grep -q "$want kernels"
-    verdict $? "cap $cap: attention ran the $want kernels" "cap $cap: attention did not run the $want kernels: \
-$(grep -m1 '^test_attention (' "$W/c${cap}_attn.log")"
+    header=$(grep -m1 '^test_attention (' "$W/c${cap}_attn.log")
+    [[ "$header" == *"$want kernels"* ]]
+    verdict $? "cap $cap: attention ran the $want kernels" "cap $cap: attention did not run the $want kernels: $header"
     # GPT-2 124M's step (its first run also waits for the driver's compilation)
     # shellcheck disable=SC2086
     run caps "c${cap}_time" 600 "$BIN/train_gpt2cu" $TR_BIG -e d12 -b 64 -t 1024 -x 15 -r 0 -l 6e-4 -u 5 -v 0 -m 2 \

@@ -4,10 +4,10 @@
 #      times: untraced, with --trace of steps 5-8, with --memory-trace of step 5. Each traced
 #      run's steps 5-8 and its untraced steps (2-4, 9-10) against the same steps of the
 #      untraced run (step times from metrics.jsonl).
-#   2. the pictures (README, docs/performance.md): the timeline and the memory of one d12 B=64 step (the traced runs
-#      above), and of GPT-2 1.5B (d48) with --offload 2 -b 4 -r 1 under --max-device-memory 16G
-#      at 65,536 tokens a step (16 micro-steps, so that one step's picture stays readable),
-#      drawn by scripts/plot_trace.py.
+#   2. the pictures of README and docs/performance.md: the timeline and the memory of one d12
+#      B=64 step (the traced runs above), and of GPT-2 1.5B (d48) with --offload 2 -b 4 -r 1
+#      under --max-device-memory 16G at 65,536 tokens a step (16 micro-steps, so that one
+#      step's picture stays readable), drawn by scripts/plot_trace.py.
 # Writes $OUT (default out/study_trace): the runs' folders and logs, trace_*.json,
 # mem_*.json, timeline_*.png, memory_*.png, and table.txt, the table printed last.
 # Run from the repository root on the GPU machine; binaries from $BIN (default dist/gpu/bin,

@@ -360,20 +360,21 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     CUDA_CHECK(cudaEventCreate(&e1));
     double flops_f = 2.0 * 2.0 * B * NH * (double)T * T * hs / 2.0, flops_b = 2.5 * flops_f;
     float ms_f, ms_b, ms_f0 = 0.0f;
-    const bool v128 = hs == 128 && variants && FV0 == 0 && NF128 > 0;  // the public forward, then these
-    int nf = (hs == 64 && variants) ? NFV : v128 ? NF128 + 1 : 1, nb = (hs == 64 && variants) ? NBV : v128 ? NB128 + 1 : 1;
+    // the variant lists of this head size (the first of each is the default): hs = 128's on wgmma
+    const bool v128 = hs == 128 && variants && FV0 == 0 && NF128 > 0;
+    const FwdFn *fl = v128 ? fwd128_variants : fwd_variants + FV0;
+    const BwdFn *bl = v128 ? bwd128_variants : bwd_variants + BV0;
+    const char *const *fnames = v128 ? fwd128_names : fwd_names + FV0;
+    const char *const *bnames = v128 ? bwd128_names : bwd_names + BV0;
+    int nf = (hs == 64 && variants) ? NFV : v128 ? NF128 : 1, nb = (hs == 64 && variants) ? NBV : v128 ? NB128 : 1;
     for (int v = 0; v < nf || v < nb; v++) {
-        g_fwd = v128 ? (v >= 1 && v < nf ? fwd128_variants[v - 1] : NULL)
-                     : v < nf && nf > 1 ? fwd_variants[FV0 + v] : NULL;
-        g_bwd = v128 ? (v >= 1 && v < nb ? bwd128_variants[v - 1] : NULL)
-                     : v < nb && nb > 1 ? bwd_variants[BV0 + v] : NULL;
+        g_fwd = v < nf && nf > 1 ? fl[v] : NULL;
+        g_bwd = v < nb && nb > 1 ? bl[v] : NULL;
         ms_f = time_ms([&] { do_fwd(out, lse, qkv, B, T, C, NH); }, e0, e1);
         ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
         if (nf > 1 || nb > 1)
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
-                   v128 ? (v >= 1 && v < nf ? fwd128_names[v - 1] : "public") : v < nf ? fwd_names[FV0 + v] : "-",
-                   v128 ? (v >= 1 && v < nb ? bwd128_names[v - 1] : "public") : v < nb ? bwd_names[BV0 + v] : "-",
-                   ms_f, flops_f / ms_f * 1e-9,
+                   v < nf ? fnames[v] : "-", v < nb ? bnames[v] : "-", ms_f, flops_f / ms_f * 1e-9,
                    ms_b, flops_b / ms_b * 1e-9);
         if (v == 0) {  // the defaults (the atomic-dq line below reuses this forward time)
             ms_f0 = ms_f;
