@@ -1,0 +1,204 @@
+// kernels/attention_sm90_ws.cuh: the flash attention forward, head size 64, warp-specialised
+// (FlashAttention-3's producer/consumer form) on Hopper: one producer warpgroup loads Q, K
+// and V with the bulk copy engine (TMA) into a ring of shared-memory stages guarded by
+// mbarriers, and NC consumer warpgroups of 64 query rows each only issue wgmma and run the
+// softmax; the producer gives registers back (setmaxnreg) for the consumers. Included by
+// attention_sm90.cuh's users after it (it reuses its helpers); a variant of test_attention.
+//
+// Status: built and free of ptxas serialisation warnings; not yet run on a GPU.
+//
+// TMA writes the same 128-byte-swizzled layout load_tile writes (16-byte chunk c of row r
+// at c ^ (r & 7) within each 1024-byte group of 8 rows), so the wgmma descriptors of
+// attention_sm90.cuh read these tiles unchanged. The tensor maps view qkv as a 3-D tensor
+// (3C columns, T rows, B batches): rows past T read as zeros, as load_tile's do.
+#pragma once
+
+#if FLASH_WGMMA && PRECISION != PRECISION_FP32
+
+#include <cuda.h>  // CUtensorMap (the encoder is fetched at run time: no -lcuda)
+
+namespace flash90ws {
+
+using namespace flash90;
+
+#if FLASH90_DEVICE_CODE
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// the producer's arrival, announcing the bytes its copies will complete
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// wait until the barrier's phase of this parity has completed
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nwait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+// a box of the 3-D tensor map at (column, row, batch) into shared memory; completes on bar
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int col, int row, int batch,
+                                         uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(batch), "r"(smem_addr(bar))
+        : "memory");
+}
+template <int N>
+__device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+#endif
+
+// one block: warpgroup 0 the producer, warpgroups 1 .. NC consumers of 64 query rows each
+// (BM = 64 NC), key blocks of BN in a ring of STAGES K and V buffers. MINB blocks an SM.
+// The block starts with the registers __launch_bounds__ gives every thread (R); the
+// producer drops to 24 and the consumers rise to CREGS, at most R + (R - 24) / NC rounded
+// down to a multiple of 8 (NC 2: R 80 -> 104, R 168 -> 240; NC 3: R 128 -> 160).
+template <int NC, int BN, int STAGES, int MINB, int CREGS>
+__global__ void __launch_bounds__((NC + 1) * 128, MINB)
+    fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_kv, floatX *out,
+                  float *lse, int T, int NH, float scale_log2) {
+#if FLASH90_DEVICE_CODE
+    constexpr int BM = 64 * NC;
+    floatX *sQ = smem_base();
+    floatX *sK = sQ + BM * HS;            // STAGES buffers
+    floatX *sV = sK + STAGES * BN * HS;   // STAGES buffers
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sV + STAGES * BN * HS);
+    uint64_t *q_full = bars, *k_full = bars + 1, *v_full = k_full + STAGES, *kv_empty = v_full + STAGES;
+    const int tid = threadIdx.x, wg = warpgroup_index();
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int q0 = mb * BM;
+    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(k_full + s, 1);
+            mbar_init(v_full + s, 1);
+            mbar_init(kv_empty + s, NC * 128);  // every consumer thread releases a stage
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // producer: one thread issues every copy
+        regs_dec<24>();
+        if (tid == 0) {
+            mbar_expect_tx(q_full, BM * HS * sizeof(floatX));
+            tma_load(sQ, &tm_q, h * HS, q0, b, q_full);
+            for (int n = 0; n < nblocks; n++) {
+                const int s = n % STAGES;
+                if (n >= STAGES) mbar_wait(kv_empty + s, ((n / STAGES) - 1) & 1);  // its last use released
+                mbar_expect_tx(k_full + s, BN * HS * sizeof(floatX));
+                tma_load(sK + s * BN * HS, &tm_kv, C + h * HS, n * BN, b, k_full + s);
+                mbar_expect_tx(v_full + s, BN * HS * sizeof(floatX));
+                tma_load(sV + s * BN * HS, &tm_kv, 2 * C + h * HS, n * BN, b, v_full + s);
+            }
+        }
+        return;
+    }
+
+    regs_inc<CREGS>();
+    const int cw = wg - 1, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int wq0 = q0 + cw * 64, row_lo = wq0 + w * 16 + g;
+    float o_[1][32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    float(&o)[32] = o_[0];
+    zero(o);
+    const floatX *myQ = sQ + cw * 64 * HS;
+    mbar_wait(q_full, 0);
+    // Every consumer walks every key block of the block (the ones past its last row come out
+    // all masked): the products then sit under no branch (see attention_sm90.cuh's header).
+    for (int n = 0; n < nblocks; n++) {
+        const int s = n % STAGES;
+        const uint32_t parity = (n / STAGES) & 1;
+        const floatX *cK = sK + s * BN * HS, *cV = sV + s * BN * HS;
+        float sc[BN / 2];
+        mbar_wait(k_full + s, parity);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(cK, kk), kk);
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(sc);
+        mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
+        float alpha[2];
+        online_softmax<BN>(sc, mrow, lrow, alpha, scale_log2);
+#pragma unroll
+        for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], sc, kk);
+        mbar_wait(v_full + s, parity);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(cV, kk));
+        wg_commit();
+        wg_wait();
+        wg_fence_regs(o);
+        mbar_arrive(kv_empty + s);  // this thread's reads of stage s are done
+    }
+    write_out<HS>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+#else
+    __trap();
+#endif
+}
+
+// a 3-D tensor map over qkv (B, T, 3C), boxes of `rows` x 64 columns, 128-byte swizzle
+static CUtensorMap qkv_map(const floatX *qkv, int B, int T, int C, int rows) {
+    typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                               const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static Encode encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !fn) {
+            fprintf(stderr, "error: the CUDA driver has no cuTensorMapEncodeTiled\n");
+            fatal_exit();
+        }
+        encode = (Encode)fn;
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {(cuuint64_t)3 * C, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)3 * C * sizeof(floatX), (cuuint64_t)T * 3 * C * sizeof(floatX)};
+    const cuuint32_t box[3] = {(cuuint32_t)HS, (cuuint32_t)rows, 1}, estride[3] = {1, 1, 1};
+    const CUtensorMapDataType type =
+        PRECISION == PRECISION_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    CUresult r = encode(&map, type, 3, (void *)qkv, dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: cuTensorMapEncodeTiled failed (%d) for qkv %dx%dx%d, box %d rows\n", (int)r, B, T,
+                3 * C, rows);
+        fatal_exit();
+    }
+    return map;
+}
+
+template <int NC, int BN, int STAGES, int MINB, int CREGS>
+static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    constexpr int BM = 64 * NC;
+    const int C = NH * HS;
+    const CUtensorMap tm_q = qkv_map(qkv, B, T, C, BM), tm_kv = qkv_map(qkv, B, T, C, BN);
+    size_t smem = (size_t)(BM + 2 * STAGES * BN) * HS * sizeof(floatX) + (1 + 3 * STAGES) * sizeof(uint64_t) +
+                  SMEM_SLACK;
+    auto kern = fwd_ws_kernel<NC, BN, STAGES, MINB, CREGS>;
+    set_smem(kern, smem);
+    dim3 grid(ceil_div(T, BM), B * NH);
+    kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HS));
+    LAUNCH_CHECK();
+}
+
+}  // namespace flash90ws
+
+#endif  // FLASH_WGMMA && PRECISION != PRECISION_FP32
