@@ -52,6 +52,11 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int 
         "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(batch), "r"(smem_addr(bar))
         : "memory");
 }
+// named barriers 1.. (0 is __syncthreads'): a warpgroup waits at its own, the other arrives
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 template <int N>
 __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -63,7 +68,9 @@ __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.a
 // The block starts with the registers __launch_bounds__ gives every thread (R); the
 // producer drops to 24 and the consumers rise to CREGS, at most R + (R - 24) / NC rounded
 // down to a multiple of 8 (NC 2: R 80 -> 104, R 168 -> 240; NC 3: R 128 -> 160).
-template <int NC, int BN, int STAGES, int MINB, int CREGS>
+// PP (NC = 2): ping-pong, the two consumers take turns issuing S = Q K^T (named barriers 1
+// and 2), so that one's softmax runs while the other's products do.
+template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false>
 __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_kv, floatX *out,
                   float *lse, int T, int NH, float scale_log2) {
@@ -114,6 +121,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     float(&o)[32] = o_[0];
     zero(o);
     const floatX *myQ = sQ + cw * 64 * HS;
+    static_assert(!PP || NC == 2, "fwd_ws_kernel: ping-pong takes two consumers");
+    if (PP && cw == 1) bar_arrive(1, 256);  // consumer 0 goes first
     mbar_wait(q_full, 0);
     // Every consumer walks every key block of the block (the ones past its last row come out
     // all masked): the products then sit under no branch (see attention_sm90.cuh's header).
@@ -123,10 +132,12 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
         const floatX *cK = sK + s * BN * HS, *cV = sV + s * BN * HS;
         float sc[BN / 2];
         mbar_wait(k_full + s, parity);
+        if (PP) bar_sync(1 + cw, 256);  // this consumer's turn
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(cK, kk), kk);
         wg_commit();
+        if (PP) bar_arrive(2 - cw, 256);  // the other's turn
         wg_wait();
         wg_fence_regs(sc);
         mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
@@ -185,14 +196,14 @@ static CUtensorMap qkv_map(const floatX *qkv, int B, int T, int C, int rows) {
     return map;
 }
 
-template <int NC, int BN, int STAGES, int MINB, int CREGS>
+template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false>
 static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     constexpr int BM = 64 * NC;
     const int C = NH * HS;
     const CUtensorMap tm_q = qkv_map(qkv, B, T, C, BM), tm_kv = qkv_map(qkv, B, T, C, BN);
     size_t smem = (size_t)(BM + 2 * STAGES * BN) * HS * sizeof(floatX) + (1 + 3 * STAGES) * sizeof(uint64_t) +
                   SMEM_SLACK;
-    auto kern = fwd_ws_kernel<NC, BN, STAGES, MINB, CREGS>;
+    auto kern = fwd_ws_kernel<NC, BN, STAGES, MINB, CREGS, PP>;
     set_smem(kern, smem);
     dim3 grid(ceil_div(T, BM), B * NH);
     kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HS));
