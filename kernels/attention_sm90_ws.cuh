@@ -68,9 +68,11 @@ __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.a
 // The block starts with the registers __launch_bounds__ gives every thread (R); the
 // producer drops to 24 and the consumers rise to CREGS, at most R + (R - 24) / NC rounded
 // down to a multiple of 8 (NC 2: R 80 -> 104, R 168 -> 240; NC 3: R 128 -> 160).
-// PP (NC = 2): ping-pong, the two consumers take turns issuing S = Q K^T (named barriers 1
-// and 2), so that one's softmax runs while the other's products do.
-template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false>
+// PP (NC = 2): ping-pong, the two consumers take turns issuing their products (named
+// barriers 1 and 2), so that one's softmax runs while the other's products do. PIPE: the
+// consumers pipelined as fwd_pipe_kernel (block n's S issued with block n-1's P V; a stage
+// is released after its P V, so PIPE wants STAGES >= 3 to keep a load in flight).
+template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false>
 __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_kv, floatX *out,
                   float *lse, int T, int NH, float scale_log2) {
@@ -126,36 +128,94 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     mbar_wait(q_full, 0);
     // Every consumer walks every key block of the block (the ones past its last row come out
     // all masked): the products then sit under no branch (see attention_sm90.cuh's header).
-    for (int n = 0; n < nblocks; n++) {
-        const int s = n % STAGES;
-        const uint32_t parity = (n / STAGES) & 1;
-        const floatX *cK = sK + s * BN * HS, *cV = sV + s * BN * HS;
-        float sc[BN / 2];
-        mbar_wait(k_full + s, parity);
-        if (PP) bar_sync(1 + cw, 256);  // this consumer's turn
-        wg_fence();
+    if constexpr (PIPE) {
+        float sc[BN / 2], alpha[2];
+        uint32_t pa[BN / 16][4];
+        auto issue_s = [&](int n) {
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(cK, kk), kk);
-        wg_commit();
-        if (PP) bar_arrive(2 - cw, 256);  // the other's turn
+            for (int kk = 0; kk < HS / 16; kk++)
+                mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(sK + (n % STAGES) * BN * HS, kk), kk);
+            wg_commit();
+        };
+        auto issue_pv = [&](int n) {
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(sV + (n % STAGES) * BN * HS, kk));
+            wg_commit();
+        };
+        auto pack = [&] {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], sc, kk);
+        };
+        mbar_wait(k_full, 0);
+        if (PP) bar_sync(1 + cw, 256);
+        issue_s(0);
+        if (PP) bar_arrive(2 - cw, 256);
         wg_wait();
         wg_fence_regs(sc);
-        mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
-        float alpha[2];
+        mask_causal<BN>(sc, 0, wq0, row_lo, tq);
         online_softmax<BN>(sc, mrow, lrow, alpha, scale_log2);
+        pack();
+        for (int n = 1; n < nblocks; n++) {
+            const int ps = (n - 1) % STAGES;
+            mbar_wait(k_full + n % STAGES, (n / STAGES) & 1);
+            mbar_wait(v_full + ps, ((n - 1) / STAGES) & 1);
+            if (PP) bar_sync(1 + cw, 256);
+            issue_s(n);
+            issue_pv(n - 1);
+            if (PP) bar_arrive(2 - cw, 256);
+            wg_wait_n<1>();
+            wg_fence_regs(sc);
+            mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
+            online_softmax<BN>(sc, mrow, lrow, alpha, scale_log2);
+            wg_wait();
+            wg_fence_regs(o);
 #pragma unroll
-        for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
-        uint32_t pa[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], sc, kk);
-        mbar_wait(v_full + s, parity);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(cV, kk));
-        wg_commit();
+            for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+            pack();
+            mbar_arrive(kv_empty + ps);  // block n-1's K and V are read
+        }
+        const int ls = (nblocks - 1) % STAGES;
+        mbar_wait(v_full + ls, ((nblocks - 1) / STAGES) & 1);
+        if (PP) bar_sync(1 + cw, 256);
+        issue_pv(nblocks - 1);
+        if (PP) bar_arrive(2 - cw, 256);
         wg_wait();
         wg_fence_regs(o);
-        mbar_arrive(kv_empty + s);  // this thread's reads of stage s are done
+        mbar_arrive(kv_empty + ls);
+    } else {
+        for (int n = 0; n < nblocks; n++) {
+            const int s = n % STAGES;
+            const uint32_t parity = (n / STAGES) & 1;
+            const floatX *cK = sK + s * BN * HS, *cV = sV + s * BN * HS;
+            float sc[BN / 2];
+            mbar_wait(k_full + s, parity);
+            if (PP) bar_sync(1 + cw, 256);  // this consumer's turn
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(cK, kk), kk);
+            wg_commit();
+            if (PP) bar_arrive(2 - cw, 256);  // the other's turn
+            wg_wait();
+            wg_fence_regs(sc);
+            mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
+            float alpha[2];
+            online_softmax<BN>(sc, mrow, lrow, alpha, scale_log2);
+#pragma unroll
+            for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+            uint32_t pa[BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], sc, kk);
+            mbar_wait(v_full + s, parity);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(cV, kk));
+            wg_commit();
+            wg_wait();
+            wg_fence_regs(o);
+            mbar_arrive(kv_empty + s);  // this thread's reads of stage s are done
+        }
     }
     write_out<HS>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 #else
@@ -196,14 +256,14 @@ static CUtensorMap qkv_map(const floatX *qkv, int B, int T, int C, int rows) {
     return map;
 }
 
-template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false>
+template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false>
 static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     constexpr int BM = 64 * NC;
     const int C = NH * HS;
     const CUtensorMap tm_q = qkv_map(qkv, B, T, C, BM), tm_kv = qkv_map(qkv, B, T, C, BN);
     size_t smem = (size_t)(BM + 2 * STAGES * BN) * HS * sizeof(floatX) + (1 + 3 * STAGES) * sizeof(uint64_t) +
                   SMEM_SLACK;
-    auto kern = fwd_ws_kernel<NC, BN, STAGES, MINB, CREGS, PP>;
+    auto kern = fwd_ws_kernel<NC, BN, STAGES, MINB, CREGS, PP, PIPE>;
     set_smem(kern, smem);
     dim3 grid(ceil_div(T, BM), B * NH);
     kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HS));
