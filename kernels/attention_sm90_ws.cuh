@@ -1,4 +1,4 @@
-// kernels/attention_sm90_ws.cuh: the flash attention forward, head size 64, warp-specialised
+// kernels/attention_sm90_ws.cuh: the flash attention forward, head sizes 64 and 128, warp-specialised
 // (FlashAttention-3's producer/consumer form) on Hopper: one producer warpgroup loads Q, K
 // and V with the bulk copy engine (TMA) into a ring of shared-memory stages guarded by
 // mbarriers, and NC consumer warpgroups of 64 query rows each only issue wgmma and run the
@@ -72,20 +72,20 @@ __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.a
 // barriers 1 and 2), so that one's softmax runs while the other's products do. PIPE: the
 // consumers pipelined as fwd_pipe_kernel (block n's S issued with block n-1's P V; a stage
 // is released after its P V, so PIPE wants STAGES >= 3 to keep a load in flight).
-template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false>
+template <int HSZ, int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false>
 __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_kv, floatX *out,
                   float *lse, int T, int NH, float scale_log2) {
 #if FLASH90_DEVICE_CODE
-    constexpr int BM = 64 * NC;
+    constexpr int BM = 64 * NC, NH_ = HSZ / 64;  // (tiles of head size 128 in two halves, as load_halves)
     floatX *sQ = smem_base();
-    floatX *sK = sQ + BM * HS;            // STAGES buffers
-    floatX *sV = sK + STAGES * BN * HS;   // STAGES buffers
-    uint64_t *bars = reinterpret_cast<uint64_t *>(sV + STAGES * BN * HS);
+    floatX *sK = sQ + BM * HSZ;            // STAGES buffers
+    floatX *sV = sK + STAGES * BN * HSZ;   // STAGES buffers
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sV + STAGES * BN * HSZ);
     uint64_t *q_full = bars, *k_full = bars + 1, *v_full = k_full + STAGES, *kv_empty = v_full + STAGES;
     const int tid = threadIdx.x, wg = warpgroup_index();
     const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
     const int q0 = mb * BM;
     const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
     if (tid == 0) {
@@ -102,15 +102,17 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     if (wg == 0) {  // producer: one thread issues every copy
         regs_dec<24>();
         if (tid == 0) {
-            mbar_expect_tx(q_full, BM * HS * sizeof(floatX));
-            tma_load(sQ, &tm_q, h * HS, q0, b, q_full);
+            // a tile of `rows` rows from column col on, half by half, completing on bar
+            auto load = [&](floatX *dst, const CUtensorMap *map, int rows, int col, int row, uint64_t *bar) {
+                mbar_expect_tx(bar, rows * HSZ * sizeof(floatX));
+                for (int hf = 0; hf < NH_; hf++) tma_load(dst + hf * rows * HS, map, col + hf * HS, row, b, bar);
+            };
+            load(sQ, &tm_q, BM, h * HSZ, q0, q_full);
             for (int n = 0; n < nblocks; n++) {
                 const int s = n % STAGES;
                 if (n >= STAGES) mbar_wait(kv_empty + s, ((n / STAGES) - 1) & 1);  // its last use released
-                mbar_expect_tx(k_full + s, BN * HS * sizeof(floatX));
-                tma_load(sK + s * BN * HS, &tm_kv, C + h * HS, n * BN, b, k_full + s);
-                mbar_expect_tx(v_full + s, BN * HS * sizeof(floatX));
-                tma_load(sV + s * BN * HS, &tm_kv, 2 * C + h * HS, n * BN, b, v_full + s);
+                load(sK + s * BN * HSZ, &tm_kv, BN, C + h * HSZ, n * BN, k_full + s);
+                load(sV + s * BN * HSZ, &tm_kv, BN, 2 * C + h * HSZ, n * BN, v_full + s);
             }
         }
         return;
@@ -119,10 +121,32 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
     regs_inc<CREGS>();
     const int cw = wg - 1, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int wq0 = q0 + cw * 64, row_lo = wq0 + w * 16 + g;
-    float o_[1][32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    float(&o)[32] = o_[0];
-    zero(o);
-    const floatX *myQ = sQ + cw * 64 * HS;
+    float o_[NH_][32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int hf = 0; hf < NH_; hf++) zero(o_[hf]);
+    const floatX *myQ = sQ + cw * 64 * HS;  // (within each half)
+    // S = Q K^T of the tile at cK, O += P V of the tile at cV, O *= alpha, O's registers fenced
+    auto mma_s = [&](float(&sc)[BN / 2], const floatX *cK) {
+#pragma unroll
+        for (int kk = 0; kk < HSZ / 16; kk++)
+            mma_ss<BN>(sc, desc_k(myQ + (kk / 4) * BM * HS, kk % 4), desc_k(cK + (kk / 4) * BN * HS, kk % 4), kk);
+    };
+    auto mma_pv = [&](const uint32_t(&pa)[BN / 16][4], const floatX *cV) {
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o_[hf], pa[kk], desc_mn(cV + hf * BN * HS, kk));
+    };
+    auto rescale = [&](const float(&alpha)[2]) {
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) o_[hf][i] *= alpha[(i >> 1) & 1];
+    };
+    auto fence_o = [&] {
+#pragma unroll
+        for (int hf = 0; hf < NH_; hf++) wg_fence_regs(o_[hf]);
+    };
     static_assert(!PP || NC == 2, "fwd_ws_kernel: ping-pong takes two consumers");
     if (PP && cw == 1) bar_arrive(1, 256);  // consumer 0 goes first
     mbar_wait(q_full, 0);
@@ -133,15 +157,12 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
         uint32_t pa[BN / 16][4];
         auto issue_s = [&](int n) {
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++)
-                mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(sK + (n % STAGES) * BN * HS, kk), kk);
+            mma_s(sc, sK + (n % STAGES) * BN * HSZ);
             wg_commit();
         };
         auto issue_pv = [&](int n) {
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(sV + (n % STAGES) * BN * HS, kk));
+            mma_pv(pa, sV + (n % STAGES) * BN * HSZ);
             wg_commit();
         };
         auto pack = [&] {
@@ -170,9 +191,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
             mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
             online_softmax<BN>(sc, mrow, lrow, alpha, scale_log2);
             wg_wait();
-            wg_fence_regs(o);
-#pragma unroll
-            for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+            fence_o();
+            rescale(alpha);
             pack();
             mbar_arrive(kv_empty + ps);  // block n-1's K and V are read
         }
@@ -182,19 +202,18 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
         issue_pv(nblocks - 1);
         if (PP) bar_arrive(2 - cw, 256);
         wg_wait();
-        wg_fence_regs(o);
+        fence_o();
         mbar_arrive(kv_empty + ls);
     } else {
         for (int n = 0; n < nblocks; n++) {
             const int s = n % STAGES;
             const uint32_t parity = (n / STAGES) & 1;
-            const floatX *cK = sK + s * BN * HS, *cV = sV + s * BN * HS;
+            const floatX *cK = sK + s * BN * HSZ, *cV = sV + s * BN * HSZ;
             float sc[BN / 2];
             mbar_wait(k_full + s, parity);
             if (PP) bar_sync(1 + cw, 256);  // this consumer's turn
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(sc, desc_k(myQ, kk), desc_k(cK, kk), kk);
+            mma_s(sc, cK);
             wg_commit();
             if (PP) bar_arrive(2 - cw, 256);  // the other's turn
             wg_wait();
@@ -202,22 +221,20 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
             mask_causal<BN>(sc, n * BN, wq0, row_lo, tq);
             float alpha[2];
             online_softmax<BN>(sc, mrow, lrow, alpha, scale_log2);
-#pragma unroll
-            for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
+            rescale(alpha);
             uint32_t pa[BN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], sc, kk);
             mbar_wait(v_full + s, parity);
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(cV, kk));
+            mma_pv(pa, cV);
             wg_commit();
             wg_wait();
-            wg_fence_regs(o);
+            fence_o();
             mbar_arrive(kv_empty + s);  // this thread's reads of stage s are done
         }
     }
-    write_out<HS>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
+    write_out<HSZ>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 #else
     __trap();
 #endif
@@ -256,17 +273,17 @@ static CUtensorMap qkv_map(const floatX *qkv, int B, int T, int C, int rows) {
     return map;
 }
 
-template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false>
+template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false, int HSZ = 64>
 static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     constexpr int BM = 64 * NC;
-    const int C = NH * HS;
+    const int C = NH * HSZ;
     const CUtensorMap tm_q = qkv_map(qkv, B, T, C, BM), tm_kv = qkv_map(qkv, B, T, C, BN);
-    size_t smem = (size_t)(BM + 2 * STAGES * BN) * HS * sizeof(floatX) + (1 + 3 * STAGES) * sizeof(uint64_t) +
+    size_t smem = (size_t)(BM + 2 * STAGES * BN) * HSZ * sizeof(floatX) + (1 + 3 * STAGES) * sizeof(uint64_t) +
                   SMEM_SLACK;
-    auto kern = fwd_ws_kernel<NC, BN, STAGES, MINB, CREGS, PP, PIPE>;
+    auto kern = fwd_ws_kernel<HSZ, NC, BN, STAGES, MINB, CREGS, PP, PIPE>;
     set_smem(kern, smem);
     dim3 grid(ceil_div(T, BM), B * NH);
-    kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HS));
+    kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HSZ));
     LAUNCH_CHECK();
 }
 

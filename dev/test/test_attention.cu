@@ -178,9 +178,14 @@ static const int NAV = sizeof(abwd_variants) / sizeof(abwd_variants[0]);
 // variants for hs = 128 (wgmma only; none where wgmma does not run; the first of each is the default)
 #if FLASH_WGMMA
 static const FwdFn fwd128_variants[] = {flash90::forward_pipe_cfg<1, 64, 3, 128>, flash90::forward_pipe_cfg<2, 64, 1, 128>,
-                                        flash90::forward_pipe_cfg<2, 128, 1, 128>};
+                                        flash90::forward_pipe_cfg<2, 128, 1, 128>,
+                                        flash90ws::forward_ws_cfg<2, 64, 2, 1, 240, true, false, 128>,
+                                        flash90ws::forward_ws_cfg<2, 64, 3, 1, 240, true, true, 128>,
+                                        flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, true, false, 128>};
 static const char *fwd128_names[] = {"wgmma pipe hs128 NWG1 BN64 3/SM", "wgmma pipe hs128 NWG2 BN64",
-                                     "wgmma pipe hs128 NWG2 BN128"};
+                                     "wgmma pipe hs128 NWG2 BN128", "wgmma ws hs128 NC2 BN64 2 stages ping-pong",
+                                     "wgmma ws hs128 NC2 BN64 3 stages ping-pong pipelined",
+                                     "wgmma ws hs128 NC2 BN128 2 stages ping-pong"};
 static const int NF128 = sizeof(fwd128_variants) / sizeof(fwd128_variants[0]);
 static const BwdFn bwd128_variants[] = {flash90::backward_cfg<128, 1, 2, 2, 1>, flash90::backward_cfg<128, 2, 1, 2, 1>,
                                         flash90::backward_cfg<128, 1, 2, 1, 1>};
