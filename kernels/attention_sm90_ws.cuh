@@ -234,6 +234,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
             mbar_arrive(kv_empty + s);  // this thread's reads of stage s are done
         }
     }
+    if (PP && cw == 0) bar_sync(1, 256);  // takes consumer 1's last arrival: no barrier left half-arrived
     write_out<HSZ>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
 #else
     __trap();
