@@ -976,6 +976,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_dq_kernel(floatX *dqkv, const flo
 }  // namespace flash
 
 #include "attention_sm90.cuh"
+#include "attention_sm90_ws.cuh"
 
 namespace flash {
 
@@ -1032,7 +1033,7 @@ template <int HS>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
 #if FLASH_WGMMA
     if constexpr (HS == 64 || HS == 128)
-        if (flash_wgmma_runs_here()) return flash90::forward<HS>(out, lse, qkv, B, T, NH, s);
+        if (flash_wgmma_runs_here()) return flash90ws::forward<HS>(out, lse, qkv, B, T, NH, s);
 #endif
     forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }

@@ -3,9 +3,9 @@
 // and V with the bulk copy engine (TMA) into a ring of shared-memory stages guarded by
 // mbarriers, and NC consumer warpgroups of 64 query rows each only issue wgmma and run the
 // softmax; the producer gives registers back (setmaxnreg) for the consumers. Included by
-// attention_sm90.cuh's users after it (it reuses its helpers); a variant of test_attention.
-//
-// Status: built and free of ptxas serialisation warnings; not yet run on a GPU.
+// attention.cuh after attention_sm90.cuh (it reuses its helpers); `forward<HSZ>` is the
+// forward of head sizes 64 and 128 on a wgmma GPU. The tile shapes of docs/performance.md's
+// variants table are test_attention's variants.
 //
 // TMA writes the same 128-byte-swizzled layout load_tile writes (16-byte chunk c of row r
 // at c ^ (r & 7) within each 1024-byte group of 8 rows), so the wgmma descriptors of
@@ -286,6 +286,17 @@ static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, in
     dim3 grid(ceil_div(T, BM), B * NH);
     kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HSZ));
     LAUNCH_CHECK();
+}
+
+// the defaults, from test_attention --bench on an H100: head size 64 two consumers of 64 rows,
+// key blocks of 64, two stages, two blocks an SM (their four consumers overlap one another
+// without ping-pong); head size 128 two consumers in ping-pong over key blocks of 128 in
+// three stages, each consumer pipelined (S of block n issued with P V of block n-1)
+template <int HSZ>
+static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
+    if ((uintptr_t)qkv % 16) return flash90::forward<HSZ>(out, lse, qkv, B, T, NH, s);  // TMA wants 16-byte rows
+    if constexpr (HSZ == 64) forward_ws_cfg<2, 64, 2, 2, 104>(out, lse, qkv, B, T, NH, s);
+    else forward_ws_cfg<2, 128, 3, 1, 240, true, true, 128>(out, lse, qkv, B, T, NH, s);
 }
 
 }  // namespace flash90ws

@@ -6,7 +6,6 @@
 //                                              joules per layer under a sustained load
 #include "common/energy.h"
 #include "kernels/attention.cuh"
-#include "kernels/attention_sm90_ws.cuh"
 #include <vector>
 #include <string.h>
 #include <time.h>
@@ -131,16 +130,13 @@ typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const 
 // the NWG of each list, then attention.cuh's mma.sync ones; a GPU that does not run wgmma
 // (flash_wgmma_runs_here) starts each list after them
 #if FLASH_WGMMA
-enum { NWG_F = 11, NWG_B = 3 };
-#define WG_FWD flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_cfg<2, 128, 1>, \
-    flash90::forward_pipe_cfg<2, 64, 2>, flash90ws::forward_ws_cfg<2, 64, 2, 2, 104>, \
-    flash90ws::forward_ws_cfg<2, 128, 2, 1, 240>, flash90ws::forward_ws_cfg<3, 64, 3, 1, 160>, \
-    flash90ws::forward_ws_cfg<2, 64, 2, 1, 240, true>, flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, true>, \
-    flash90ws::forward_ws_cfg<2, 128, 3, 1, 240, true, true>, flash90ws::forward_ws_cfg<2, 64, 3, 1, 240, true, true>,
-#define WG_FWD_NAMES "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma fwd NWG2 BN128", \
-    "wgmma pipe NWG2 BN64 2/SM", "wgmma ws NC2 BN64 2 stages 2/SM", "wgmma ws NC2 BN128 2 stages", \
-    "wgmma ws NC3 BN64 3 stages", "wgmma ws NC2 BN64 2 stages ping-pong", "wgmma ws NC2 BN128 2 stages ping-pong", \
-    "wgmma ws NC2 BN128 3 stages ping-pong pipelined", "wgmma ws NC2 BN64 3 stages ping-pong pipelined",
+enum { NWG_F = 7, NWG_B = 3 };
+#define WG_FWD flash90ws::forward_ws_cfg<2, 64, 2, 2, 104>, flash90ws::forward_ws_cfg<2, 64, 3, 2, 104>, \
+    flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, true>, flash90ws::forward_ws_cfg<2, 128, 3, 1, 240, true, true>, \
+    flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_pipe_cfg<2, 64, 2>,
+#define WG_FWD_NAMES "wgmma ws NC2 BN64 2 stages 2/SM", "wgmma ws NC2 BN64 3 stages 2/SM", \
+    "wgmma ws NC2 BN128 2 stages ping-pong", "wgmma ws NC2 BN128 3 stages ping-pong pipelined", \
+    "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma pipe NWG2 BN64 2/SM",
 #define WG_BWD flash90::backward_cfg<64, 1, 3, 1, 2>, flash90::backward_cfg<64, 1, 3, 2, 1>, \
     flash90::backward_cfg<64, 1, 2, 1, 2>,
 #define WG_BWD_NAMES "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)", "wgmma bwd dq(NWG1 3/SM) kv(NWG2)", \
@@ -177,15 +173,17 @@ static const char *abwd_names[] = {"atomic kv(NW2,BM32,KT2)", "atomic kv(NW4,BM6
 static const int NAV = sizeof(abwd_variants) / sizeof(abwd_variants[0]);
 // variants for hs = 128 (wgmma only; none where wgmma does not run; the first of each is the default)
 #if FLASH_WGMMA
-static const FwdFn fwd128_variants[] = {flash90::forward_pipe_cfg<1, 64, 3, 128>, flash90::forward_pipe_cfg<2, 64, 1, 128>,
-                                        flash90::forward_pipe_cfg<2, 128, 1, 128>,
+static const FwdFn fwd128_variants[] = {flash90ws::forward_ws_cfg<2, 128, 3, 1, 240, true, true, 128>,
+                                        flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, true, false, 128>,
+                                        flash90ws::forward_ws_cfg<2, 128, 3, 1, 240, true, false, 128>,
+                                        flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, false, false, 128>,
                                         flash90ws::forward_ws_cfg<2, 64, 2, 1, 240, true, false, 128>,
-                                        flash90ws::forward_ws_cfg<2, 64, 3, 1, 240, true, true, 128>,
-                                        flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, true, false, 128>};
-static const char *fwd128_names[] = {"wgmma pipe hs128 NWG1 BN64 3/SM", "wgmma pipe hs128 NWG2 BN64",
-                                     "wgmma pipe hs128 NWG2 BN128", "wgmma ws hs128 NC2 BN64 2 stages ping-pong",
-                                     "wgmma ws hs128 NC2 BN64 3 stages ping-pong pipelined",
-                                     "wgmma ws hs128 NC2 BN128 2 stages ping-pong"};
+                                        flash90::forward_pipe_cfg<1, 64, 3, 128>};
+static const char *fwd128_names[] = {"wgmma ws hs128 NC2 BN128 3 stages ping-pong pipelined",
+                                     "wgmma ws hs128 NC2 BN128 2 stages ping-pong",
+                                     "wgmma ws hs128 NC2 BN128 3 stages ping-pong",
+                                     "wgmma ws hs128 NC2 BN128 2 stages", "wgmma ws hs128 NC2 BN64 2 stages ping-pong",
+                                     "wgmma pipe hs128 NWG1 BN64 3/SM"};
 static const int NF128 = sizeof(fwd128_variants) / sizeof(fwd128_variants[0]);
 static const BwdFn bwd128_variants[] = {flash90::backward_cfg<128, 1, 2, 2, 1>, flash90::backward_cfg<128, 2, 1, 2, 1>,
                                         flash90::backward_cfg<128, 1, 2, 1, 1>};
