@@ -14,6 +14,8 @@
 // deterministic. The *pipe* forward and both backward kernels are software-pipelined within
 // the warpgroup (FlashAttention-3's intra-warpgroup overlap): the next block's scores are
 // issued before the softmax of this one, so that one waits for the other's products only.
+// The default forward is attention_sm90_ws.cuh's warp-specialised one (built on these
+// helpers); this file's forward kernels serve a qkv not 16-byte aligned, and as variants.
 // Tile shapes and what was measured: docs/performance-notes.md.
 //
 // wgmma under a branch: ptxas serialises every wgmma of a kernel (waits after each) where a
