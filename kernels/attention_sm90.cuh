@@ -576,6 +576,52 @@ __device__ __forceinline__ void load_rows_ld(float *sL, float *sD, const float *
 #endif
 
 // ---------------------------------------------------------------------------------------
+// the dk/dv kernels' step, transposed (keys as rows): P^T (into st) and dS^T = P^T (dP^T - D)
+// (into dpt) of query block q0, for this thread's keys key_lo, key_lo + 8; cL, cD the block's
+// log-sum-exp and D; need_mask where the diagonal may cross this warp's keys
+#if FLASH90_DEVICE_CODE
+__device__ __forceinline__ void form_pt_dst(float (&st)[32], float (&dpt)[32], const float *cL, const float *cD,
+                                            int q0, int key_lo, int tq, bool need_mask, float scale_log2) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float2 l2 = *reinterpret_cast<const float2 *>(cL + 8 * j + 2 * tq);
+        const float2 d2 = *reinterpret_cast<const float2 *>(cD + 8 * j + 2 * tq);
+        const float lq[2] = {l2.x * 1.4426950408889634f, l2.y * 1.4426950408889634f}, dq_[2] = {d2.x, d2.y};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int idx = 4 * j + e, c = e & 1;
+            float p = fast_exp2(st[idx] * scale_log2 - lq[c]);
+            if (need_mask && key_lo + 8 * (e >> 1) > q0 + 8 * j + 2 * tq + c) p = 0.0f;
+            st[idx] = p;
+            dpt[idx] = p * (dpt[idx] - dq_[c]);
+        }
+    }
+}
+// dk (times scale) and dv of this thread's keys key_lo, key_lo + 8 into dqkv
+template <int HSZ>
+__device__ __forceinline__ void write_dkdv(floatX *dqkv, const float (&dk)[HSZ / 64][32],
+                                           const float (&dv)[HSZ / 64][32], int b, int h, int key_lo, int tq,
+                                           int T, int C, float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_lo + 8 * r;
+        if (key < T) {
+            floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HSZ + 2 * tq;
+#pragma unroll
+            for (int hf = 0; hf < HSZ / 64; hf++)
+#pragma unroll
+                for (int j = 0; j < HS / 8; j++) {
+                    *reinterpret_cast<uint32_t *>(p + 64 * hf + 8 * j) =
+                        pack2(dk[hf][4 * j + 2 * r] * scale, dk[hf][4 * j + 2 * r + 1] * scale);
+                    *reinterpret_cast<uint32_t *>(p + C + 64 * hf + 8 * j) =
+                        pack2(dv[hf][4 * j + 2 * r], dv[hf][4 * j + 2 * r + 1]);
+                }
+        }
+    }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------
 // backward, dk and dv, software-pipelined as fwd_pipe_kernel: one block = NWG warpgroups x 64
 // keys of one head, walking the query blocks of 64 from the diagonal to the end in order.
 // Computed transposed, keys as rows, so that P^T and dS^T are accumulators and feed
@@ -680,22 +726,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
     // P^T_m into st, dS^T_m = P^T (dP^T - D) into dpt
     auto form_p_ds = [&](int m) {
         const int i = m - mstart, q0 = m * BM;
-        const float *cL = sL + (i & 1) * BM, *cD = sD + (i & 1) * BM;
-        const bool need_mask = wk0 + w * 16 + 15 > q0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float2 l2 = *reinterpret_cast<const float2 *>(cL + 8 * j + 2 * tq);
-            const float2 d2 = *reinterpret_cast<const float2 *>(cD + 8 * j + 2 * tq);
-            const float lq[2] = {l2.x * 1.4426950408889634f, l2.y * 1.4426950408889634f}, dq_[2] = {d2.x, d2.y};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int idx = 4 * j + e, c = e & 1;
-                float p = fast_exp2(st[idx] * scale_log2 - lq[c]);
-                if (need_mask && key_lo + 8 * (e >> 1) > q0 + 8 * j + 2 * tq + c) p = 0.0f;
-                st[idx] = p;
-                dpt[idx] = p * (dpt[idx] - dq_[c]);
-            }
-        }
+        form_pt_dst(st, dpt, sL + (i & 1) * BM, sD + (i & 1) * BM, q0, key_lo, tq, wk0 + w * 16 + 15 > q0,
+                    scale_log2);
     };
     auto pack = [&] {
 #pragma unroll
@@ -735,22 +767,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
         wg_fence_regs(dv[hf]);
         wg_fence_regs(dk[hf]);
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key_lo + 8 * r;
-        if (key < T) {
-            floatX *p = dqkv + ((size_t)b * T + key) * 3 * C + C + h * HSZ + 2 * tq;
-#pragma unroll
-            for (int hf = 0; hf < NH_; hf++)
-#pragma unroll
-                for (int j = 0; j < HS / 8; j++) {
-                    *reinterpret_cast<uint32_t *>(p + 64 * hf + 8 * j) =
-                        pack2(dk[hf][4 * j + 2 * r] * scale, dk[hf][4 * j + 2 * r + 1] * scale);
-                    *reinterpret_cast<uint32_t *>(p + C + 64 * hf + 8 * j) =
-                        pack2(dv[hf][4 * j + 2 * r], dv[hf][4 * j + 2 * r + 1]);
-                }
-        }
-    }
+    write_dkdv<HSZ>(dqkv, dk, dv, b, h, key_lo, tq, T, C, scale);
 #else
     __trap();
 #endif

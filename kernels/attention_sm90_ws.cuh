@@ -241,8 +241,145 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
 #endif
 }
 
-// a 3-D tensor map over qkv (B, T, 3C), boxes of `rows` x 64 columns, 128-byte swizzle
-static CUtensorMap qkv_map(const floatX *qkv, int B, int T, int C, int rows) {
+// ---------------------------------------------------------------------------------------
+// backward, dk and dv, warp-specialised (head size 64): warpgroup 0 loads K and V of the
+// block's BN = 64 NC keys once, then each query block's Q and dO (TMA) and its log-sum-exp
+// and D (plain loads by the producer's threads) into a ring of STAGES stages; NC consumer
+// warpgroups of 64 keys each run bwd_dkdv_kernel's pipelined step (S^T_m, dP^T_m issued with
+// dV, dK of block m - 1) and release a stage after block m's gradient products. Q and dO
+// are read once for all NC x 64 keys. KV_REGS: K and V rows as register A operands.
+template <int NC, int STAGES, int CREGS, bool KV_REGS>
+__global__ void __launch_bounds__((NC + 1) * 128, 1)
+    bwd_dkdv_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_kv,
+                       const __grid_constant__ CUtensorMap tm_o, floatX *dqkv, const float *lse, const float *D, int T,
+                       int NH, float scale_log2, float scale) {
+#if FLASH90_DEVICE_CODE
+    constexpr int BN = 64 * NC, BM = 64, SQ = 2 * BM * HS;  // SQ: a stage's Q and dO elements
+    floatX *sK = smem_base();
+    floatX *sV = sK + BN * HS;
+    floatX *sQ = sV + BN * HS;  // stage s: Q at sQ + s SQ, dO after it
+    float *sLD = reinterpret_cast<float *>(sQ + STAGES * SQ);  // stage s: lse[64], D[64]
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sLD + STAGES * 2 * BM);
+    uint64_t *kv_full = bars, *q_full = bars + 1, *q_empty = q_full + STAGES;
+    const int tid = threadIdx.x, wg = warpgroup_index();
+    const int nb = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int k0 = nb * BN, mstart = k0 / BM, mend = (T + BM - 1) / BM, nsteps = mend - mstart;
+    if (tid == 0) {
+        mbar_init(kv_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(q_full + s, 128 + 1);  // the producer's threads (lse, D) and the copies' arrival
+            mbar_init(q_empty + s, NC * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // producer
+        regs_dec<24>();
+        if (tid == 0) {
+            mbar_expect_tx(kv_full, 2 * BN * HS * sizeof(floatX));
+            tma_load(sK, &tm_kv, C + h * HS, k0, b, kv_full);
+            tma_load(sV, &tm_kv, 2 * C + h * HS, k0, b, kv_full);
+        }
+        const float *src = (tid < BM ? lse : D) + (size_t)bh * T;
+        for (int i = 0; i < nsteps; i++) {
+            const int s = i % STAGES, q0 = (mstart + i) * BM;
+            if (i >= STAGES) mbar_wait(q_empty + s, ((i / STAGES) - 1) & 1);
+            if (tid == 0) {
+                mbar_expect_tx(q_full + s, SQ * sizeof(floatX));
+                tma_load(sQ + s * SQ, &tm_q, h * HS, q0, b, q_full + s);
+                tma_load(sQ + s * SQ + BM * HS, &tm_o, h * HS, q0, b, q_full + s);
+            }
+            const int row = q0 + tid % BM;  // rows past T: 0 (their Q and dO rows are zeros)
+            sLD[s * 2 * BM + tid] = row < T ? src[row] : 0.0f;
+            mbar_arrive(q_full + s);
+        }
+        return;
+    }
+
+    regs_inc<CREGS>();
+    const int cw = wg - 1, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int wk0 = k0 + cw * 64, key_lo = wk0 + w * 16 + g;
+    const floatX *myK = sK + cw * 64 * HS, *myV = sV + cw * 64 * HS;
+    float dk[1][32], dv[1][32], st[32], dpt[32];
+    uint32_t pa[4][4], da[4][4], ka[KV_REGS ? 4 : 1][4], va[KV_REGS ? 4 : 1][4];
+    zero(dk[0]);
+    zero(dv[0]);
+    mbar_wait(kv_full, 0);
+    if constexpr (KV_REGS) {
+        tile_to_a(ka, myK, w, lane);
+        tile_to_a(va, myV, w, lane);
+    }
+    auto issue_sdp = [&](int i) {  // S^T = K Q^T, dP^T = V dO^T of step i's block
+        const floatX *cQ = sQ + (i % STAGES) * SQ, *cO = cQ + BM * HS;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if constexpr (KV_REGS) mma_rs<0>(st, ka[kk], desc_k(cQ, kk), kk);
+            else mma_ss<64>(st, desc_k(myK, kk), desc_k(cQ, kk), kk);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if constexpr (KV_REGS) mma_rs<0>(dpt, va[kk], desc_k(cO, kk), kk);
+            else mma_ss<64>(dpt, desc_k(myV, kk), desc_k(cO, kk), kk);
+        }
+        wg_commit();
+    };
+    auto issue_grads = [&](int i) {  // dV += P^T dO, dK += dS^T Q of step i's block
+        const floatX *cQ = sQ + (i % STAGES) * SQ, *cO = cQ + BM * HS;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) mma_rs_mn(dv[0], pa[kk], desc_mn(cO, kk));
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) mma_rs_mn(dk[0], da[kk], desc_mn(cQ, kk));
+        wg_commit();
+    };
+    auto form = [&](int i) {  // P^T, dS^T of step i's block (while the gradient products run)
+        const int s = i % STAGES, q0 = (mstart + i) * BM;
+        form_pt_dst(st, dpt, sLD + s * 2 * BM, sLD + s * 2 * BM + BM, q0, key_lo, tq, wk0 + w * 16 + 15 > q0,
+                    scale_log2);
+    };
+    auto pack = [&] {  // into the next gradient products' A operands (once the last ones are done)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            acc_to_a(pa[kk], st, kk);
+            acc_to_a(da[kk], dpt, kk);
+        }
+    };
+    // every consumer walks every query block from mstart (see fwd_pipe_kernel)
+    mbar_wait(q_full, 0);
+    issue_sdp(0);
+    wg_wait();
+    wg_fence_regs(st);
+    wg_fence_regs(dpt);
+    form(0);
+    pack();
+    for (int i = 1; i < nsteps; i++) {
+        mbar_wait(q_full + i % STAGES, (i / STAGES) & 1);
+        issue_sdp(i);
+        issue_grads(i - 1);
+        wg_wait_n<1>();
+        wg_fence_regs(st);
+        wg_fence_regs(dpt);
+        form(i);
+        wg_wait();
+        wg_fence_regs(dv[0]);
+        wg_fence_regs(dk[0]);
+        mbar_arrive(q_empty + (i - 1) % STAGES);  // block i - 1's Q and dO are read
+        pack();
+    }
+    issue_grads(nsteps - 1);
+    wg_wait();
+    wg_fence_regs(dv[0]);
+    wg_fence_regs(dk[0]);
+    write_dkdv<64>(dqkv, dk, dv, b, h, key_lo, tq, T, C, scale);
+#else
+    __trap();
+#endif
+}
+
+// a 3-D tensor map over a (B, T, W) array, boxes of `rows` x 64 columns, 128-byte swizzle
+static CUtensorMap tile_map(const floatX *p, int B, int T, int W, int rows) {
     typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -258,17 +395,17 @@ static CUtensorMap qkv_map(const floatX *qkv, int B, int T, int C, int rows) {
         encode = (Encode)fn;
     }
     CUtensorMap map;
-    const cuuint64_t dims[3] = {(cuuint64_t)3 * C, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[2] = {(cuuint64_t)3 * C * sizeof(floatX), (cuuint64_t)T * 3 * C * sizeof(floatX)};
+    const cuuint64_t dims[3] = {(cuuint64_t)W, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)W * sizeof(floatX), (cuuint64_t)T * W * sizeof(floatX)};
     const cuuint32_t box[3] = {(cuuint32_t)HS, (cuuint32_t)rows, 1}, estride[3] = {1, 1, 1};
     const CUtensorMapDataType type =
         PRECISION == PRECISION_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    CUresult r = encode(&map, type, 3, (void *)qkv, dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+    CUresult r = encode(&map, type, 3, (void *)p, dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: cuTensorMapEncodeTiled failed (%d) for qkv %dx%dx%d, box %d rows\n", (int)r, B, T,
-                3 * C, rows);
+        fprintf(stderr, "error: cuTensorMapEncodeTiled failed (%d) for a %dx%dx%d tensor, box %d rows\n", (int)r, B,
+                T, W, rows);
         fatal_exit();
     }
     return map;
@@ -278,13 +415,41 @@ template <int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool
 static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
     constexpr int BM = 64 * NC;
     const int C = NH * HSZ;
-    const CUtensorMap tm_q = qkv_map(qkv, B, T, C, BM), tm_kv = qkv_map(qkv, B, T, C, BN);
+    const CUtensorMap tm_q = tile_map(qkv, B, T, 3 * C, BM), tm_kv = tile_map(qkv, B, T, 3 * C, BN);
     size_t smem = (size_t)(BM + 2 * STAGES * BN) * HSZ * sizeof(floatX) + (1 + 3 * STAGES) * sizeof(uint64_t) +
                   SMEM_SLACK;
     auto kern = fwd_ws_kernel<HSZ, NC, BN, STAGES, MINB, CREGS, PP, PIPE>;
     set_smem(kern, smem);
     dim3 grid(ceil_div(T, BM), B * NH);
     kern<<<grid, (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, out, lse, T, NH, 1.4426950408889634f / sqrtf((float)HSZ));
+    LAUNCH_CHECK();
+}
+
+// the backward with the warp-specialised dk/dv kernel (head size 64): D, attention_sm90.cuh's
+// dq kernel, then bwd_dkdv_ws_kernel
+template <int NC, int STAGES, int CREGS, bool KV_REGS, int DQ_MINB = 3>
+static void backward_ws_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
+                            const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
+    const float scale = 0.125f, scale_log2 = scale * 1.4426950408889634f;
+    const int C = NH * HS;
+    flash::bwd_dot<HS>(scratch, NULL, dbias_v, dout, out, B, T, NH, s);
+    {
+        constexpr int BM = 64, BN = 64;
+        size_t smem = (size_t)(2 * BM + 5 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
+        auto kern = bwd_dq_kernel<HS, 1, DQ_MINB>;
+        set_smem(kern, smem);
+        kern<<<dim3(ceil_div(T, BM), B * NH), 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH, scale_log2, scale);
+        LAUNCH_CHECK();
+    }
+    constexpr int BN = 64 * NC, BM = 64;
+    const CUtensorMap tm_q = tile_map(qkv, B, T, 3 * C, BM), tm_kv = tile_map(qkv, B, T, 3 * C, BN),
+                      tm_o = tile_map(dout, B, T, C, BM);
+    size_t smem = (size_t)(2 * BN + STAGES * 2 * BM) * HS * sizeof(floatX) + STAGES * 2 * BM * sizeof(float) +
+                  (1 + 2 * STAGES) * sizeof(uint64_t) + SMEM_SLACK;
+    auto kern = bwd_dkdv_ws_kernel<NC, STAGES, CREGS, KV_REGS>;
+    set_smem(kern, smem);
+    kern<<<dim3(ceil_div(T, BN), B * NH), (NC + 1) * 128, smem, s>>>(tm_q, tm_kv, tm_o, dqkv, lse, scratch, T, NH,
+                                                                      scale_log2, scale);
     LAUNCH_CHECK();
 }
 
