@@ -1103,7 +1103,7 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
     // the wgmma backward is deterministic and faster than the atomic-dq one: both modes take it
     if constexpr (HS == 64 || HS == 128)
         if (flash_wgmma_runs_here())
-            return flash90::backward<HS>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+            return flash90ws::backward<HS>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 #endif
     using Cf = Cfg<HS>;
     const DeviceCaps *caps = device_caps();

@@ -430,6 +430,51 @@ __global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, 
 }
 
 // ---------------------------------------------------------------------------------------
+// the dq kernels' pieces. dq_rows: this thread's rows' log-sum-exp (log2 units) and D;
+// form_ds: dS = P (dP - D) of the key block at k0 into s (masked where the diagonal may
+// cross this warpgroup's rows, wq0 its first); write_dq: dq (times scale) into dqkv
+#if FLASH90_DEVICE_CODE
+__device__ __forceinline__ void dq_rows(float (&lrow)[2], float (&drow)[2], const float *lse, const float *D, int bh,
+                                        int row_lo, int T) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + 8 * r;
+        lrow[r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
+        drow[r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+    }
+}
+__device__ __forceinline__ void form_ds(float (&s)[32], const float (&dp)[32], const float (&lrow)[2],
+                                        const float (&drow)[2], int k0, int wq0, int row_lo, int tq,
+                                        float scale_log2) {
+    const bool masked = k0 + 63 > wq0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int r = (i >> 1) & 1;
+        float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
+        if (masked && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
+        s[i] = p * (dp[i] - drow[r]);
+    }
+}
+template <int HSZ>
+__device__ __forceinline__ void write_dq(floatX *dqkv, const float (&dq)[HSZ / 64][32], int b, int h, int row_lo,
+                                         int tq, int T, int C, float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + 8 * r;
+        if (row < T) {
+            floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HSZ + 2 * tq;
+#pragma unroll
+            for (int hf = 0; hf < HSZ / 64; hf++)
+#pragma unroll
+                for (int j = 0; j < HS / 8; j++)
+                    *reinterpret_cast<uint32_t *>(p + 64 * hf + 8 * j) =
+                        pack2(dq[hf][4 * j + 2 * r] * scale, dq[hf][4 * j + 2 * r + 1] * scale);
+        }
+    }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------
 // backward, dq (deterministic), software-pipelined as fwd_pipe_kernel: one block = NWG
 // warpgroups x 64 query rows, walking the key blocks of 64 up to the diagonal in order.
 // Step n issues S_n = Q K_n^T and dP_n = dO V_n^T, then dQ += dS_{n-1} K_{n-1}; waits for
@@ -461,12 +506,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
     load_halves<BN, HSZ, NT>(sV, vb, 0, 3 * C, T);
     cp_async_commit();
     float lrow[2], drow[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + 8 * r;
-        lrow[r] = row < T ? lse[(size_t)bh * T + row] * 1.4426950408889634f : 0.0f;
-        drow[r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
-    }
+    dq_rows(lrow, drow, lse, D, bh, row_lo, T);
     float dq[NH_][32], s[32], dp[32];
     uint32_t da[4][4];
 #pragma unroll
@@ -504,24 +544,14 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         wg_commit();
     };
     // dS_n = P (dP - D) into s; the causal mask only in blocks the diagonal crosses
-    auto form_ds = [&](int n) {
-        const int k0 = n * BN;
-        const bool masked = k0 + BN - 1 > wq0;
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int r = (i >> 1) & 1;
-            float p = fast_exp2(s[i] * scale_log2 - lrow[r]);
-            if (masked && k0 + 8 * (i >> 2) + 2 * tq + (i & 1) > row_lo + 8 * r) p = 0.0f;
-            s[i] = p * (dp[i] - drow[r]);
-        }
-    };
+    auto form_ds_n = [&](int n) { form_ds(s, dp, lrow, drow, n * BN, wq0, row_lo, tq, scale_log2); };
     // every warpgroup walks every key block (see fwd_pipe_kernel)
     step_sync(0);
     issue_sdp(0);
     wg_wait();
     wg_fence_regs(s);
     wg_fence_regs(dp);
-    form_ds(0);
+    form_ds_n(0);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
     for (int n = 1; n < nblocks; n++) {
@@ -531,7 +561,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
         wg_wait_n<1>();
         wg_fence_regs(s);
         wg_fence_regs(dp);
-        form_ds(n);
+        form_ds_n(n);
         wg_wait();
 #pragma unroll
         for (int hf = 0; hf < NH_; hf++) wg_fence_regs(dq[hf]);
@@ -542,19 +572,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
     wg_wait();
 #pragma unroll
     for (int hf = 0; hf < NH_; hf++) wg_fence_regs(dq[hf]);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row_lo + 8 * r;
-        if (row < T) {
-            floatX *p = dqkv + ((size_t)b * T + row) * 3 * C + h * HSZ + 2 * tq;
-#pragma unroll
-            for (int hf = 0; hf < NH_; hf++)
-#pragma unroll
-                for (int j = 0; j < HS / 8; j++)
-                    *reinterpret_cast<uint32_t *>(p + 64 * hf + 8 * j) =
-                        pack2(dq[hf][4 * j + 2 * r] * scale, dq[hf][4 * j + 2 * r + 1] * scale);
-        }
-    }
+    write_dq<HSZ>(dqkv, dq, b, h, row_lo, tq, T, C, scale);
 #else
     __trap();
 #endif

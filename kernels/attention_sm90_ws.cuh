@@ -378,6 +378,114 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 #endif
 }
 
+// ---------------------------------------------------------------------------------------
+// backward, dq, warp-specialised (head size 64): warpgroup 0 loads the block's Q and dO
+// rows once and each key block's K and V into a ring of STAGES stages (TMA); NC consumer
+// warpgroups of 64 query rows run bwd_dq_kernel's pipelined step (S_n, dP_n issued with
+// dQ += dS_{n-1} K_{n-1}) and release a stage after its dQ product.
+template <int NC, int STAGES, int MINB, int CREGS>
+__global__ void __launch_bounds__((NC + 1) * 128, MINB)
+    bwd_dq_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_kv,
+                     const __grid_constant__ CUtensorMap tm_o, floatX *dqkv, const float *lse, const float *D, int T,
+                     int NH, float scale_log2, float scale) {
+#if FLASH90_DEVICE_CODE
+    constexpr int BM = 64 * NC, BN = 64;
+    floatX *sQ = smem_base();
+    floatX *sO = sQ + BM * HS;
+    floatX *sK = sO + BM * HS;           // STAGES buffers
+    floatX *sV = sK + STAGES * BN * HS;  // STAGES buffers
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sV + STAGES * BN * HS);
+    uint64_t *q_full = bars, *kv_full = bars + 1, *kv_empty = kv_full + STAGES;
+    const int tid = threadIdx.x, wg = warpgroup_index();
+    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int q0 = mb * BM, nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(kv_full + s, 1);
+            mbar_init(kv_empty + s, NC * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // producer: one thread issues every copy
+        regs_dec<24>();
+        if (tid == 0) {
+            mbar_expect_tx(q_full, 2 * BM * HS * sizeof(floatX));
+            tma_load(sQ, &tm_q, h * HS, q0, b, q_full);
+            tma_load(sO, &tm_o, h * HS, q0, b, q_full);
+            for (int n = 0; n < nblocks; n++) {
+                const int s = n % STAGES;
+                if (n >= STAGES) mbar_wait(kv_empty + s, ((n / STAGES) - 1) & 1);
+                mbar_expect_tx(kv_full + s, 2 * BN * HS * sizeof(floatX));
+                tma_load(sK + s * BN * HS, &tm_kv, C + h * HS, n * BN, b, kv_full + s);
+                tma_load(sV + s * BN * HS, &tm_kv, 2 * C + h * HS, n * BN, b, kv_full + s);
+            }
+        }
+        return;
+    }
+
+    regs_inc<CREGS>();
+    const int cw = wg - 1, w = (tid / 32) % 4, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int wq0 = q0 + cw * 64, row_lo = wq0 + w * 16 + g;
+    float lrow[2], drow[2], dq[1][32], s[32], dp[32];
+    uint32_t da[4][4];
+    dq_rows(lrow, drow, lse, D, bh, row_lo, T);
+    zero(dq[0]);
+    const floatX *myQ = sQ + cw * 64 * HS, *myO = sO + cw * 64 * HS;
+    auto issue_sdp = [&](int n) {  // S = Q K^T, dP = dO V^T of key block n
+        const floatX *cK = sK + (n % STAGES) * BN * HS, *cV = sV + (n % STAGES) * BN * HS;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) mma_ss<64>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) mma_ss<64>(dp, desc_k(myO, kk), desc_k(cV, kk), kk);
+        wg_commit();
+    };
+    auto issue_dq = [&](int n) {  // dQ += dS_n K_n
+        const floatX *cK = sK + (n % STAGES) * BN * HS;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) mma_rs_mn(dq[0], da[kk], desc_mn(cK, kk));
+        wg_commit();
+    };
+    auto pack = [&] {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
+    };
+    // every consumer walks every key block of the block (see fwd_pipe_kernel)
+    mbar_wait(q_full, 0);
+    mbar_wait(kv_full, 0);
+    issue_sdp(0);
+    wg_wait();
+    wg_fence_regs(s);
+    wg_fence_regs(dp);
+    form_ds(s, dp, lrow, drow, 0, wq0, row_lo, tq, scale_log2);
+    pack();
+    for (int n = 1; n < nblocks; n++) {
+        mbar_wait(kv_full + n % STAGES, (n / STAGES) & 1);
+        issue_sdp(n);
+        issue_dq(n - 1);
+        wg_wait_n<1>();
+        wg_fence_regs(s);
+        wg_fence_regs(dp);
+        form_ds(s, dp, lrow, drow, n * BN, wq0, row_lo, tq, scale_log2);
+        wg_wait();
+        wg_fence_regs(dq[0]);
+        mbar_arrive(kv_empty + (n - 1) % STAGES);  // block n - 1's K and V are read
+        pack();
+    }
+    issue_dq(nblocks - 1);
+    wg_wait();
+    wg_fence_regs(dq[0]);
+    write_dq<64>(dqkv, dq, b, h, row_lo, tq, T, C, scale);
+#else
+    __trap();
+#endif
+}
+
 // a 3-D tensor map over a (B, T, W) array, boxes of `rows` x 64 columns, 128-byte swizzle
 static CUtensorMap tile_map(const floatX *p, int B, int T, int W, int rows) {
     typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
@@ -425,20 +533,32 @@ static void forward_ws_cfg(floatX *out, float *lse, const floatX *qkv, int B, in
     LAUNCH_CHECK();
 }
 
-// the backward with the warp-specialised dk/dv kernel (head size 64): D, attention_sm90.cuh's
-// dq kernel, then bwd_dkdv_ws_kernel
-template <int NC, int STAGES, int CREGS, bool KV_REGS, int DQ_MINB = 3>
+// the backward with the warp-specialised dk/dv kernel (head size 64): D, the dq kernel (DQ_NC
+// 0: attention_sm90.cuh's at 3 blocks an SM; else bwd_dq_ws_kernel with DQ_NC consumers),
+// then bwd_dkdv_ws_kernel
+template <int NC, int STAGES, int CREGS, bool KV_REGS, int DQ_NC = 0, int DQ_CREGS = 240>
 static void backward_ws_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
                             const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
     const float scale = 0.125f, scale_log2 = scale * 1.4426950408889634f;
     const int C = NH * HS;
     flash::bwd_dot<HS>(scratch, NULL, dbias_v, dout, out, B, T, NH, s);
-    {
+    if constexpr (DQ_NC == 0) {
         constexpr int BM = 64, BN = 64;
         size_t smem = (size_t)(2 * BM + 5 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
-        auto kern = bwd_dq_kernel<HS, 1, DQ_MINB>;
+        auto kern = bwd_dq_kernel<HS, 1, 3>;
         set_smem(kern, smem);
         kern<<<dim3(ceil_div(T, BM), B * NH), 128, smem, s>>>(dqkv, dout, qkv, lse, scratch, T, NH, scale_log2, scale);
+        LAUNCH_CHECK();
+    } else {
+        constexpr int BM = 64 * DQ_NC, BN = 64, DQ_STAGES = 3;
+        const CUtensorMap tm_q = tile_map(qkv, B, T, 3 * C, BM), tm_kv = tile_map(qkv, B, T, 3 * C, BN),
+                          tm_o = tile_map(dout, B, T, C, BM);
+        size_t smem = (size_t)(2 * BM + 2 * DQ_STAGES * BN) * HS * sizeof(floatX) +
+                      (1 + 2 * DQ_STAGES) * sizeof(uint64_t) + SMEM_SLACK;
+        auto kern = bwd_dq_ws_kernel<DQ_NC, DQ_STAGES, 1, DQ_CREGS>;
+        set_smem(kern, smem);
+        kern<<<dim3(ceil_div(T, BM), B * NH), (DQ_NC + 1) * 128, smem, s>>>(tm_q, tm_kv, tm_o, dqkv, lse, scratch, T,
+                                                                             NH, scale_log2, scale);
         LAUNCH_CHECK();
     }
     constexpr int BN = 64 * NC, BM = 64;
@@ -462,6 +582,16 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
     if ((uintptr_t)qkv % 16) return flash90::forward<HSZ>(out, lse, qkv, B, T, NH, s);  // TMA wants 16-byte rows
     if constexpr (HSZ == 64) forward_ws_cfg<2, 64, 2, 2, 104>(out, lse, qkv, B, T, NH, s);
     else forward_ws_cfg<2, 128, 3, 1, 240, true, true, 128>(out, lse, qkv, B, T, NH, s);
+}
+
+// head size 64: the warp-specialised dk/dv kernel and attention_sm90.cuh's dq kernel (the
+// fastest pair of test_attention --bench on an H100); head size 128: attention_sm90.cuh's
+template <int HSZ>
+static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
+                     const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
+    if (HSZ == 64 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)dout % 16 == 0)
+        backward_ws_cfg<2, 3, 240, true>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    else flash90::backward<HSZ>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
 }
 
 }  // namespace flash90ws

@@ -130,21 +130,20 @@ typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const 
 // the NWG of each list, then attention.cuh's mma.sync ones; a GPU that does not run wgmma
 // (flash_wgmma_runs_here) starts each list after them
 #if FLASH_WGMMA
-enum { NWG_F = 7, NWG_B = 7 };
+enum { NWG_F = 7, NWG_B = 6 };
 #define WG_FWD flash90ws::forward_ws_cfg<2, 64, 2, 2, 104>, flash90ws::forward_ws_cfg<2, 64, 3, 2, 104>, \
     flash90ws::forward_ws_cfg<2, 128, 2, 1, 240, true>, flash90ws::forward_ws_cfg<2, 128, 3, 1, 240, true, true>, \
     flash90::forward_cfg<2, 64, 2>, flash90::forward_cfg<1, 64, 4>, flash90::forward_pipe_cfg<2, 64, 2>,
 #define WG_FWD_NAMES "wgmma ws NC2 BN64 2 stages 2/SM", "wgmma ws NC2 BN64 3 stages 2/SM", \
     "wgmma ws NC2 BN128 2 stages ping-pong", "wgmma ws NC2 BN128 3 stages ping-pong pipelined", \
     "wgmma fwd NWG2 BN64 2/SM", "wgmma fwd NWG1 BN64 4/SM", "wgmma pipe NWG2 BN64 2/SM",
-#define WG_BWD flash90::backward_cfg<64, 1, 3, 1, 2>, flash90ws::backward_ws_cfg<2, 3, 240, false>, \
-    flash90ws::backward_ws_cfg<2, 4, 240, false>, flash90ws::backward_ws_cfg<2, 3, 240, true>, \
-    flash90ws::backward_ws_cfg<2, 4, 240, true>, flash90::backward_cfg<64, 1, 3, 2, 1>, \
-    flash90::backward_cfg<64, 1, 2, 1, 2>,
-#define WG_BWD_NAMES "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)", "wgmma bwd dq + kv ws NC2 3 stages", \
-    "wgmma bwd dq + kv ws NC2 4 stages", "wgmma bwd dq + kv ws NC2 3 stages K,V regs", \
-    "wgmma bwd dq + kv ws NC2 4 stages K,V regs", "wgmma bwd dq(NWG1 3/SM) kv(NWG2)", \
-                     "wgmma bwd dq(NWG1 2/SM) kv(NWG1 2/SM)",
+#define WG_BWD flash90ws::backward_ws_cfg<2, 3, 240, true>, flash90ws::backward_ws_cfg<2, 3, 240, true, 2>, \
+    flash90ws::backward_ws_cfg<2, 3, 240, true, 3, 160>, flash90ws::backward_ws_cfg<2, 3, 240, false>, \
+    flash90::backward_cfg<64, 1, 3, 1, 2>, flash90::backward_cfg<64, 1, 3, 2, 1>,
+#define WG_BWD_NAMES "wgmma bwd dq(NWG1 3/SM) + kv ws NC2 3 stages K,V regs", \
+    "wgmma bwd dq ws NC2 + kv ws NC2 K,V regs", "wgmma bwd dq ws NC3 + kv ws NC2 K,V regs", \
+    "wgmma bwd dq(NWG1 3/SM) + kv ws NC2 3 stages", "wgmma bwd dq(NWG1 3/SM) kv(NWG1 2/SM)", \
+    "wgmma bwd dq(NWG1 3/SM) kv(NWG2)",
 #else
 enum { NWG_F = 0, NWG_B = 0 };
 #define WG_FWD
