@@ -584,14 +584,20 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
     else forward_ws_cfg<2, 128, 3, 1, 240, true, true, 128>(out, lse, qkv, B, T, NH, s);
 }
 
-// head size 64: the warp-specialised dk/dv kernel and attention_sm90.cuh's dq kernel (the
-// fastest pair of test_attention --bench on an H100); head size 128: attention_sm90.cuh's
+// head size 64: the warp-specialised dk/dv kernel with attention_sm90.cuh's dq kernel, from
+// T = 4096 on with the warp-specialised dq kernel of three consumers (the fastest pairs of
+// test_attention --bench on an H100: level at T = 2048, 4% faster at 4096, 5% slower at
+// 1024). Head size 128: attention_sm90.cuh's (the warp-specialised dk/dv kernel's
+// accumulators, 224 registers, do not fit the 240 a consumer can have).
 template <int HSZ>
 static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
                      const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
-    if (HSZ == 64 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)dout % 16 == 0)
-        backward_ws_cfg<2, 3, 240, true>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
-    else flash90::backward<HSZ>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    if (HSZ == 64 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)dout % 16 == 0) {
+        if (T >= 4096) backward_ws_cfg<2, 3, 240, true, 3, 160>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+        else backward_ws_cfg<2, 3, 240, true>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    } else {
+        flash90::backward<HSZ>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    }
 }
 
 }  // namespace flash90ws
