@@ -14,8 +14,10 @@
 // deterministic. The *pipe* forward and both backward kernels are software-pipelined within
 // the warpgroup (FlashAttention-3's intra-warpgroup overlap): the next block's scores are
 // issued before the softmax of this one, so that one waits for the other's products only.
-// The default forward is attention_sm90_ws.cuh's warp-specialised one (built on these
-// helpers); this file's forward kernels serve a qkv not 16-byte aligned, and as variants.
+// attention_sm90_ws.cuh builds warp-specialised kernels on these helpers: its forward is the
+// default at both head sizes and its dk/dv kernel at 64 (with this file's dq kernel below
+// T = 4096); this file's kernels serve head size 128's backward, tensors not 16-byte
+// aligned (no TMA), and the variants.
 // Tile shapes and what was measured: docs/performance-notes.md.
 //
 // wgmma under a branch: ptxas serialises every wgmma of a kernel (waits after each) where a

@@ -1,16 +1,17 @@
-// kernels/attention_sm90_ws.cuh: the flash attention forward, head sizes 64 and 128, warp-specialised
-// (FlashAttention-3's producer/consumer form) on Hopper: one producer warpgroup loads Q, K
-// and V with the bulk copy engine (TMA) into a ring of shared-memory stages guarded by
-// mbarriers, and NC consumer warpgroups of 64 query rows each only issue wgmma and run the
-// softmax; the producer gives registers back (setmaxnreg) for the consumers. Included by
-// attention.cuh after attention_sm90.cuh (it reuses its helpers); `forward<HSZ>` is the
-// forward of head sizes 64 and 128 on a wgmma GPU. The tile shapes of docs/performance.md's
-// variants table are test_attention's variants.
+// kernels/attention_sm90_ws.cuh: flash attention on Hopper, warp-specialised
+// (FlashAttention-3's producer/consumer form): one producer warpgroup loads tiles with the
+// bulk copy engine (TMA) into a ring of shared-memory stages guarded by mbarriers and gives
+// registers back (setmaxnreg); consumer warpgroups of 64 rows only issue wgmma and run the
+// softmax. Kernels: the forward (head sizes 64 and 128), the backward's dk/dv and dq
+// (head size 64). Included by attention.cuh after attention_sm90.cuh (it reuses its
+// helpers); `forward<HSZ>` and `backward<HSZ>` are the launchers a wgmma GPU takes. Tile
+// shapes and what was measured: docs/performance-notes.md; the variants are test_attention's.
 //
 // TMA writes the same 128-byte-swizzled layout load_tile writes (16-byte chunk c of row r
 // at c ^ (r & 7) within each 1024-byte group of 8 rows), so the wgmma descriptors of
 // attention_sm90.cuh read these tiles unchanged. The tensor maps view qkv as a 3-D tensor
-// (3C columns, T rows, B batches): rows past T read as zeros, as load_tile's do.
+// (3C columns, T rows, B batches), dout as (C, T, B): rows past T read as zeros, as
+// load_tile's do.
 #pragma once
 
 #if FLASH_WGMMA && PRECISION != PRECISION_FP32
