@@ -16,8 +16,7 @@
 // issued before the softmax of this one, so that one waits for the other's products only.
 // attention_sm90_ws.cuh builds warp-specialised kernels on these helpers: its forward is the
 // default at both head sizes and its dk/dv kernel at 64 (with this file's dq kernel below
-// T = 4096); this file's kernels serve head size 128's backward, tensors not 16-byte
-// aligned (no TMA), and the variants.
+// T = 4096); this file's kernels serve head size 128's backward and the variants.
 // Tile shapes and what was measured: docs/performance-notes.md.
 //
 // wgmma under a branch: ptxas serialises every wgmma of a kernel (waits after each) where a

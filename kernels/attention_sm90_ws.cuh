@@ -64,6 +64,16 @@ template <int N>
 __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 #endif
 
+// Whether NC consumers at CREGS registers and a producer at 24 fit the registers a block of
+// NC + 1 warpgroups starts with at MINB blocks an SM (setmaxnreg.inc waits, never fails: a
+// budget that does not fit would hang)
+__host__ __device__ constexpr int start_regs(int threads, int minb) {  // a multiple of 8, at most 255
+    return (65536 / (threads * minb) & ~7) > 255 ? 255 : (65536 / (threads * minb) & ~7);
+}
+__host__ __device__ constexpr bool regs_fit(int NC, int MINB, int CREGS) {
+    return 128 * 24 + NC * 128 * CREGS <= (NC + 1) * 128 * start_regs((NC + 1) * 128, MINB);
+}
+
 // one block: warpgroup 0 the producer, warpgroups 1 .. NC consumers of 64 query rows each
 // (BM = 64 NC), key blocks of BN in a ring of STAGES K and V buffers. MINB blocks an SM.
 // The block starts with the registers __launch_bounds__ gives every thread (R); the
@@ -79,6 +89,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
                   float *lse, int T, int NH, float scale_log2) {
 #if FLASH90_DEVICE_CODE
     constexpr int BM = 64 * NC, NH_ = HSZ / 64;  // (tiles of head size 128 in two halves, as load_halves)
+    static_assert(regs_fit(NC, MINB, CREGS), "fwd_ws_kernel: CREGS does not fit");
+    static_assert(STAGES >= 2, "fwd_ws_kernel: a consumer holds one stage while it waits for the next");
     floatX *sQ = smem_base();
     floatX *sK = sQ + BM * HSZ;            // STAGES buffers
     floatX *sV = sK + STAGES * BN * HSZ;   // STAGES buffers
@@ -256,6 +268,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                        int NH, float scale_log2, float scale) {
 #if FLASH90_DEVICE_CODE
     constexpr int BN = 64 * NC, BM = 64, SQ = 2 * BM * HS;  // SQ: a stage's Q and dO elements
+    static_assert(regs_fit(NC, 1, CREGS), "bwd_dkdv_ws_kernel: CREGS does not fit");
+    static_assert(STAGES >= 2, "bwd_dkdv_ws_kernel: a consumer holds one stage while it waits for the next");
     floatX *sK = smem_base();
     floatX *sV = sK + BN * HS;
     floatX *sQ = sV + BN * HS;  // stage s: Q at sQ + s SQ, dO after it
@@ -369,7 +383,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         mbar_arrive(q_empty + (i - 1) % STAGES);  // block i - 1's Q and dO are read
         pack();
     }
-    issue_grads(nsteps - 1);
+    issue_grads(nsteps - 1);  // (its stage is not released: the producer has nothing left to load)
     wg_wait();
     wg_fence_regs(dv[0]);
     wg_fence_regs(dk[0]);
@@ -391,6 +405,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
                      int NH, float scale_log2, float scale) {
 #if FLASH90_DEVICE_CODE
     constexpr int BM = 64 * NC, BN = 64;
+    static_assert(regs_fit(NC, MINB, CREGS), "bwd_dq_ws_kernel: CREGS does not fit");
+    static_assert(STAGES >= 2, "bwd_dq_ws_kernel: a consumer holds one stage while it waits for the next");
     floatX *sQ = smem_base();
     floatX *sO = sQ + BM * HS;
     floatX *sK = sO + BM * HS;           // STAGES buffers
@@ -478,7 +494,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
         mbar_arrive(kv_empty + (n - 1) % STAGES);  // block n - 1's K and V are read
         pack();
     }
-    issue_dq(nblocks - 1);
+    issue_dq(nblocks - 1);  // (its stage is not released: the producer has nothing left to load)
     wg_wait();
     wg_fence_regs(dq[0]);
     write_dq<64>(dqkv, dq, b, h, row_lo, tq, T, C, scale);
@@ -577,10 +593,20 @@ static void backward_ws_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, c
 // the defaults, from test_attention --bench on an H100: head size 64 two consumers of 64 rows,
 // key blocks of 64, two stages, two blocks an SM (their four consumers overlap one another
 // without ping-pong); head size 128 two consumers in ping-pong over key blocks of 128 in
-// three stages, each consumer pipelined (S of block n issued with P V of block n-1)
+// three stages, each consumer pipelined (S of block n issued with P V of block n-1); its
+// 230,480 bytes of shared memory leave 1,968 of the H100's 232,448 a block may have
+// TMA, like the cp.async and 16-byte vector loads of the other kernels, needs tensors that
+// start 16-byte aligned (the trainer's always do)
+static void require_aligned(const void *p, const char *what) {
+    if ((uintptr_t)p % 16) {
+        fprintf(stderr, "error: flash attention: %s at %p is not 16-byte aligned\n", what, p);
+        fatal_exit();
+    }
+}
+
 template <int HSZ>
 static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    if ((uintptr_t)qkv % 16) return flash90::forward<HSZ>(out, lse, qkv, B, T, NH, s);  // TMA wants 16-byte rows
+    require_aligned(qkv, "qkv");
     if constexpr (HSZ == 64) forward_ws_cfg<2, 64, 2, 2, 104>(out, lse, qkv, B, T, NH, s);
     else forward_ws_cfg<2, 128, 3, 1, 240, true, true, 128>(out, lse, qkv, B, T, NH, s);
 }
@@ -593,7 +619,9 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
 template <int HSZ>
 static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
                      const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
-    if (HSZ == 64 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)dout % 16 == 0) {
+    require_aligned(qkv, "qkv");
+    require_aligned(dout, "the output gradient");
+    if constexpr (HSZ == 64) {
         if (T >= 4096) backward_ws_cfg<2, 3, 240, true, 3, 160>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
         else backward_ws_cfg<2, 3, 240, true>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
     } else {
