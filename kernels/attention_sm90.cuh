@@ -850,22 +850,6 @@ static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, cons
     }
 }
 
-// the defaults: the fastest variants of build/test_attention --bench (docs/performance-notes.md).
-// The forward at head size 64 waits for each product (fwd_kernel): with four warpgroups on an
-// SM the others' products and softmax overlap it, and the pipelined one measured 10-20%
-// slower there; at head size 128 (two or three warpgroups an SM) the pipelined one is 1.4x.
-template <int HSZ>
-static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    if constexpr (HSZ == 64) forward_cfg<2, 64, 2>(out, lse, qkv, B, T, NH, s);
-    else forward_pipe_cfg<1, 64, 3, 128>(out, lse, qkv, B, T, NH, s);
-}
-template <int HSZ>
-static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
-                     const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
-    if constexpr (HSZ == 64) backward_cfg<64, 1, 3, 1, 2>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
-    else backward_cfg<128, 1, 2, 2, 1>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
-}
-
 }  // namespace flash90
 
 #undef WG_TYPES

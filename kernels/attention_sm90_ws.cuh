@@ -614,7 +614,7 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
 // head size 64: the warp-specialised dk/dv kernel with attention_sm90.cuh's dq kernel, from
 // T = 4096 on with the warp-specialised dq kernel of three consumers (the fastest pairs of
 // test_attention --bench on an H100: level at T = 2048, 4% faster at 4096, 5% slower at
-// 1024). Head size 128: attention_sm90.cuh's (the warp-specialised dk/dv kernel's
+// 1024). Head size 128: attention_sm90.cuh's kernels (the warp-specialised dk/dv kernel's
 // accumulators, 224 registers, do not fit the 240 a consumer can have).
 template <int HSZ>
 static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
@@ -624,8 +624,8 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
     if constexpr (HSZ == 64) {
         if (T >= 4096) backward_ws_cfg<2, 3, 240, true, 3, 160>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
         else backward_ws_cfg<2, 3, 240, true>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
-    } else {
-        flash90::backward<HSZ>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    } else {  // (both pipelined; dq one warpgroup at 2 blocks an SM, dk/dv two warpgroups)
+        backward_cfg<128, 1, 2, 2, 1>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
     }
 }
 
