@@ -167,11 +167,11 @@ static void print_run_start(const GpuTrainer *t, const cudaDeviceProp *prop, con
     if (!s->deterministic)
         printf("matmuls: %d shapes timed over cuBLASLt's candidates, %d of them faster than its first choice\n",
                g_tuned_shapes, g_tuned_changed);
-    if (s->fp8_mask)
-        printf("fp8: %s in FP8 (E4M3 weights and inputs, E5M2 gradients, %s scaling), their copies and buffers %.0f "
-               "MiB\n", s->fp8_mask == FP8_LAYERS_ALL ? "every linear layer" : s->fp8_mask == FP8_LAYERS_BLOCKS ?
-               "the blocks' linear layers" : "the lm_head", s->fp8_delayed ? "delayed" : "current",
-               fp8_plan_bytes(cfg, s->fp8_mask, (size_t)o->B * o->T) * mib);
+    char kinds[64];
+    if (t->fp8.on)
+        printf("fp8: %s in FP8%s (E4M3 weights and inputs, E5M2 gradients, %s scaling), their copies and buffers "
+               "%.0f MiB\n", fp8_kinds_text(t->fp8.mask, kinds, sizeof kinds), t->fp8.auto_pick ? " (auto)" : "",
+               s->fp8_delayed ? "delayed" : "current", fp8_plan_bytes(cfg, t->fp8.mask) * mib);
 }
 
 // ----------------------------------------------------------------------------

@@ -115,7 +115,7 @@ typedef struct { int way, size; } Split;
 static Split trainer_split(const Layer *l, int site, int call) {
     Split sp = {FP8_DW_ROW_CHUNKS, 0};
     if (call == CALL_DW) sp.way = fp8_dweight_plan(&f8, site, N, &sp.size);
-    else sp.size = fp8_chunk_rows(&f8, call == CALL_FWD ? l->cin : l->oc, N);
+    else sp.size = fp8_chunk_rows(&f8, site, call == CALL_FWD ? l->cin : l->oc, N);
     return sp;
 }
 
@@ -239,8 +239,8 @@ static void bf16_layer(const Layer *l, const LayerOut *o) {
 // bias gradient in a pass of its own, GELU and dGELU as kernels of their own)
 static void fp8_layer(const Layer *l, int site, const LayerOut *o) {
     fp8_linear_forward(&f8, site, o->out, l->gelu_out ? P : NULL, X, l->bias ? bias : NULL, N, 0);
-    if (l->dbias) bias_backward(dbias, dbias_scratch, G, N, l->oc, l->oc, 0);
-    fp8_linear_backward(&f8, site, o->dinp, o->dweight, G, X, l->gelu_in ? XG : NULL, N, 0);
+    fp8_linear_backward(&f8, site, o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, X,
+                        l->gelu_in ? XG : NULL, N, 0);
 }
 
 // Delayed scaling from here on (1) or current scaling (0). Delayed as a training micro-step after the first
@@ -318,11 +318,16 @@ int main(int argc, char **argv) {
     const int NL = (int)(sizeof layers / sizeof layers[0]);
     int oc[NL], cc[NL];
     for (int i = 0; i < NL; i++) { oc[i] = layers[i].oc; cc[i] = layers[i].cin; }
-    // the trainer's buffers (gpu/fp8_layers.cuh, fp8_buffer_bytes): N x C bytes, at least 64 rows of the vocabulary;
+    // the trainer's buffers (gpu/fp8_layers.cuh, fp8_layers_lend): the blocks' layers cast into the logits' memory
+    // (2 N Vp bytes, of which they use 12 N C: every operand whole), the lm_head into the MLP gradient's (8 N C);
     // they set the chunks and slices, which the single matmuls follow (their casts write full-size buffers
     // instead), and the whole layers use them as the trainer does
-    const size_t cap = std::max((size_t)N * C, (size_t)64 * Vp);
-    fp8_linear_init(&f8, NL, oc, cc, cap, 0);  // current scaling; set_delayed switches
+    fp8_linear_init(&f8, NL, oc, cc, 0, 0);  // current scaling; set_delayed switches
+    uint8_t *lent_blocks, *lent_head;
+    CUDA_CHECK(cudaMalloc(&lent_blocks, (size_t)12 * N * C));
+    CUDA_CHECK(cudaMalloc(&lent_head, (size_t)8 * N * C));
+    fp8_linear_lend(&f8, lent_blocks, (size_t)12 * N * C, NL - 1, 1);
+    fp8_linear_lend(&f8, lent_head, (size_t)8 * N * C, NL - 1, 0);
     for (int i = 0; i < NL; i++)
         if (!fp8_linear_fits(&f8, i, N)) {
             fprintf(stderr, "bench_fp8: %s (%d x %d) cannot run in FP8 at N=%d: every dimension must be a multiple "
@@ -376,12 +381,13 @@ int main(int argc, char **argv) {
     printf("\n1. each matmul on its own\n");
     printf("bf16: matmul_lt, the heuristic's first algorithm; epilogue BIAS in the forward (lm_head none), none in\n"
            "  the backward: the trainer's fused GELU (fc fwd) and dGELU (fcproj dinp) left out here (see 2.)\n");
-    printf("fp8: matmul_fp8 split as the trainer splits it (buffers of %.1f MB), split: N/k fwd and dinp in k row\n"
+    printf("fp8: matmul_fp8 split as the trainer splits it (buffers of %.1f MB for the blocks, %.1f MB for the lm_head),\n"
+           "  split: N/k fwd and dinp in k row\n"
            "  chunks; dweight summed over all N rows per matmul, OC/k in k slices of its rows (x^T cast whole, g^T\n"
            "  a column block of g at a time), C/k in k slices of its columns (g^T whole, x^T by blocks), or N/k in\n"
            "  k row chunks of both where neither fits a buffer. fwd E4M3 x E4M3, fast accumulation, bias; dinp E4M3\n"
            "  x E5M2; dweight E4M3 x E5M2, beta 1. 1call: the same in one matmul (no chunks or slices)\n",
-           cap / 1e6);
+           4.0 * N * C / 1e6, 8.0 / 3 * N * C / 1e6);
     printf("casts: amax pass, scale update and cast of x (fwd) or g (dinp); transposing casts of g and x (dweight)\n");
     printf("ms: median of %d calls; J: per call over ~%.1f s of calls (fp8+c: the matmul and its casts); floor: the\n"
            "  FLOPs at %.0f TFLOP/s (FP8 dense, H100/H200 SXM); err: max |fp8 - bf16| / max |bf16| (a few %%\n"

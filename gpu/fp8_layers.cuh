@@ -13,71 +13,123 @@
 enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, SITES_PER_LAYER };
 
 typedef struct {
-    int mask;  // FP8_LAYERS_* (0: no FP8: the rest is empty)
-    int num_layers;
+    int on;         // --fp8 1 (0: the rest is empty)
+    int mask;       // the kinds of layer in FP8 (FP8_QKV ... FP8_HEAD): the setting's, or auto's choice
+    int auto_pick;  // --fp8-layers auto: mask was chosen by timing (gpu/fp8_auto.cuh)
+    int num_layers, delayed;
+    void *lent[2];         // the memory the blocks' layers and the lm_head cast into (fp8_layers_lend)
+    size_t lent_bytes[2];
     Fp8Linear f8;
 } Fp8Layers;
 
-// The sites' weight shapes (OC x C; 0 x 0 for a layer not in FP8); returns their count
+// The sites' weight shapes (OC x C; 0 x 0 for a layer not in FP8); returns their count.
+// mask: FP8_* bits (FP8_LAYERS_AUTO: every kind, the most it may choose)
 static int fp8_site_shapes(const GPT2Config *c, int mask, int *oc, int *cc) {
     int L = c->num_layers, C = c->channels, n = SITES_PER_LAYER * L + 1;
     const int block_oc[SITES_PER_LAYER] = {3 * C, C, 4 * C, C}, block_c[SITES_PER_LAYER] = {C, C, C, 4 * C};
+    if (mask & FP8_LAYERS_AUTO) mask = FP8_LAYERS_ALL;
     for (int i = 0; i < n; i++) {
-        int head = i == n - 1, on = mask & (head ? FP8_LAYERS_HEAD : FP8_LAYERS_BLOCKS);
+        int head = i == n - 1, on = mask & (head ? FP8_HEAD : 1 << (i % SITES_PER_LAYER));
         oc[i] = !on ? 0 : head ? c->padded_vocab_size : block_oc[i % SITES_PER_LAYER];
         cc[i] = !on ? 0 : head ? C : block_c[i % SITES_PER_LAYER];
     }
     return n;
 }
 
-// bytes of each FP8 operand buffer at micro-batches of N rows: N x C codes, or 64 rows of
-// the widest operand (the lm_head's gradient) where that is more, so no chunk is too thin
-static size_t fp8_buffer_bytes(const GPT2Config *c, size_t N) {
-    size_t a = N * c->channels, b = (size_t)64 * c->padded_vocab_size;
-    return a > b ? a : b;
-}
-
-// device bytes of --fp8's state for micro-batches of up to N rows (0 without --fp8)
-static size_t fp8_plan_bytes(const GPT2Config *c, int mask, size_t N) {
+// device bytes of --fp8's state (0 without --fp8; auto: every kind, the most it may choose)
+static size_t fp8_plan_bytes(const GPT2Config *c, int mask) {
     if (!mask) return 0;
     int *oc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
     int *cc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
     int n = fp8_site_shapes(c, mask, oc, cc);
-    size_t b = fp8_linear_bytes(n, oc, cc, fp8_buffer_bytes(c, N));
+    size_t b = fp8_linear_bytes(n, oc, cc, 0);  // (buffers: lent, fp8_layers_lend)
     free(oc);
     free(cc);
     return b;
 }
 
-// The FP8 state of the settings' layers for micro-batches of up to N rows (nothing without --fp8)
-static void fp8_layers_init(Fp8Layers *f, const GPT2Config *c, const GpuSettings *s, size_t N) {
-    memset(f, 0, sizeof *f);
-    f->mask = s->fp8_mask;
-    f->num_layers = c->num_layers;
-    if (!f->mask) return;
+// (Re)builds the FP8 state for the kinds of layer in mask (FP8_* bits; 0: none, every
+// layer in bf16): the sites' weight copies, scales and buffers
+static void fp8_layers_build(Fp8Layers *f, const GPT2Config *c, int mask) {
+    fp8_linear_free(&f->f8);
+    f->mask = mask;
     int n = SITES_PER_LAYER * c->num_layers + 1, *oc = (int *)xmalloc(n * sizeof(int));
     int *cc = (int *)xmalloc(n * sizeof(int));
-    fp8_site_shapes(c, f->mask, oc, cc);
-    fp8_linear_init(&f->f8, n, oc, cc, fp8_buffer_bytes(c, N), s->fp8_delayed);
+    fp8_site_shapes(c, mask, oc, cc);
+    fp8_linear_init(&f->f8, n, oc, cc, 0, f->delayed);
+    for (int r = 0; r < 2; r++)
+        if (f->lent[r]) fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], SITES_PER_LAYER * c->num_layers, !r);
     free(oc);
     free(cc);
 }
 
-static void fp8_layers_free(Fp8Layers *f) {
-    if (f->mask) fp8_linear_free(&f->f8);
+// The FP8 state of the settings' layers (mask: s->fp8_mask, 0 without --fp8; auto: every kind
+// until fp8_auto_choose has chosen)
+static void fp8_layers_init(Fp8Layers *f, const GPT2Config *c, int mask, int delayed) {
     memset(f, 0, sizeof *f);
+    f->on = mask != 0;
+    f->auto_pick = (mask & FP8_LAYERS_AUTO) != 0;
+    f->num_layers = c->num_layers;
+    f->delayed = delayed;
+    if (f->on) fp8_layers_build(f, c, f->auto_pick ? FP8_LAYERS_ALL : mask);
+}
+
+static void fp8_layers_free(Fp8Layers *f) {
+    fp8_linear_free(&f->f8);
+    memset(f, 0, sizeof *f);
+}
+
+// The FP8 layers need no buffers of their own. The blocks' layers cast their operands into
+// the logits' memory (logits_bytes): no block runs between the lm_head's forward, which
+// writes the logits, and its backward, which reads their gradient; it holds every operand of
+// a block whole (12 N C bytes against the logits' 2 N Vp). The lm_head casts into the MLP
+// gradient's scratch (dfch, 8 N C bytes), which only the blocks' backward uses.
+static void fp8_layers_lend(Fp8Layers *f, void *logits, size_t logits_bytes, void *dfch, size_t dfch_bytes) {
+    f->lent[0] = logits;
+    f->lent_bytes[0] = logits_bytes;
+    f->lent[1] = dfch;
+    f->lent_bytes[1] = dfch_bytes;
+    for (int r = 0; r < 2 && f->on; r++)
+        fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], SITES_PER_LAYER * f->num_layers, !r);
+}
+
+// The kinds of layer (FP8_* bits) a checkpoint's FP8 state (fp8_linear_state_get's floats,
+// which begin with every site's weight shape) was written for; -1 where its shapes are not
+// those of some choice of kinds of this model
+static int fp8_layers_mask_of_state(const GPT2Config *c, const float *state, size_t n) {
+    const int sites = SITES_PER_LAYER * c->num_layers + 1;
+    if (n < 2 * (size_t)sites) return -1;
+    int *oc = (int *)xmalloc(sites * sizeof(int)), *cc = (int *)xmalloc(sites * sizeof(int)), found = -1;
+    for (int mask = 0; mask <= FP8_LAYERS_ALL && found < 0; mask++) {
+        fp8_site_shapes(c, mask, oc, cc);
+        int same = 1;
+        for (int i = 0; i < sites && same; i++) same = state[2 * i] == (float)oc[i] && state[2 * i + 1] == (float)cc[i];
+        if (same) found = mask;
+    }
+    free(oc);
+    free(cc);
+    return found;
+}
+
+// "qkv,fc,head" for FP8_* bits ("none" for 0): the --fp8-layers that gives the same layers
+static const char *fp8_kinds_text(int mask, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int k = 0; k < FP8_KINDS; k++)
+        if (mask & (1 << k)) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? "," : "", FP8_KIND_NAMES[k]);
+    if (!buf[0]) snprintf(buf, cap, "none");
+    return buf;
 }
 
 // layer l's site `which` (l < 0: the lm_head), or -1 where that layer is not in FP8 (f NULL: none is)
 static int fp8_site(const Fp8Layers *f, int l, int which) {
-    if (!f || !f->mask) return -1;
-    if (l < 0) return f->mask & FP8_LAYERS_HEAD ? SITES_PER_LAYER * f->num_layers : -1;
-    return f->mask & FP8_LAYERS_BLOCKS ? SITES_PER_LAYER * l + which : -1;
+    if (!f || !f->on) return -1;
+    if (l < 0) return f->mask & FP8_HEAD ? SITES_PER_LAYER * f->num_layers : -1;
+    return f->mask & (1 << which) ? SITES_PER_LAYER * l + which : -1;
 }
 
 // Every FP8 layer's weight to its FP8 copies; after each change of the parameters
 static void fp8_layers_cast_weights(Fp8Layers *f, const GPT2Config *c, floatX *const *param, cudaStream_t s) {
-    if (!f->mask) return;
+    if (!f->on) return;
     const int L = c->num_layers, C = c->channels;
     const int tensor[SITES_PER_LAYER] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
     const size_t per_layer[SITES_PER_LAYER] = {(size_t)3 * C * C, (size_t)C * C, (size_t)4 * C * C, (size_t)4 * C * C};
@@ -103,8 +155,7 @@ static void linear_backward(Fp8Layers *f, int site, floatX *dinp, floatX *dweigh
                             const floatX *dout, const floatX *inp, const floatX *weight, const floatX *pre_gelu, int N,
                             int C, int OC, cudaStream_t s) {
     if (site >= 0 && fp8_linear_fits(&f->f8, site, N)) {
-        if (dbias) bias_backward(dbias, scratch, dout, N, OC, OC, s);
-        fp8_linear_backward(&f->f8, site, dinp, dweight, dout, inp, pre_gelu, N, s);
+        fp8_linear_backward(&f->f8, site, dinp, dweight, dbias, scratch, dout, inp, pre_gelu, N, s);
     } else {
         matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, s);
     }

@@ -171,6 +171,9 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     if (m->flash) flash_attention_set_deterministic(s->deterministic);
     ActShape a = gpt2_act_shape(cfg, s, m->num_sms);
     activations_alloc(&m->acts, &a, &m->act_bytes, &m->scratch_bytes);
+    const size_t N = (size_t)m->B * m->T;
+    if (fp8) fp8_layers_lend(fp8, m->acts.logits, N * cfg->padded_vocab_size * sizeof(floatX), m->acts.dfch,
+                             N * 4 * cfg->channels * sizeof(floatX));
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -196,7 +196,7 @@ static void update_launches(void *ctx) {
         adamw_range(ctx, 0, o->zl.shard_elems, o->master, o->m, o->v);
     // on one rank the parameters are final here, so the FP8 casts join the update's graph
     if (o->zl.world == 1) fp8_layers_cast_weights(o->fp8, &model->config, model->param, s);
-    if (o->fp8->mask) {
+    if (o->fp8->on) {
         if (o->fp8->f8.delayed)  // every rank the same scales
             dp_allreduce_f32(o->dp, o->fp8->f8.scalars, fp8_linear_scalar_count(&o->fp8->f8), COMM_MAX);
         fp8_linear_roll(&o->fp8->f8, s);  // the step's amaxes into the histories (delayed scaling)
@@ -221,7 +221,7 @@ static void optimizer_step(Optimizer *o, GPT2 *model, float *info, const AdamWCo
         update_launches(&r);
         o->warm = 1;
     }
-    if (o->fp8->mask && o->fp8->f8.delayed) o->fp8->f8.rolled = 1;
+    if (o->fp8->on && o->fp8->f8.delayed) o->fp8->f8.rolled = 1;
     if (o->zl.world > 1) {  // every rank's updated chunks to every rank
         DataParallel *dp = o->dp;
         comm_after_compute(dp);

@@ -16,7 +16,14 @@
 #define FLASH_AUTO (-1)
 
 // --fp8-layers: which linear layers run in FP8 (a mask; 0: none)
-enum { FP8_LAYERS_BLOCKS = 1, FP8_LAYERS_HEAD = 2, FP8_LAYERS_ALL = 3 };
+// one bit per kind of linear layer (every block's four, the lm_head); AUTO: chosen at start-up
+// by timing each kind both ways at the run's shapes (gpu/fp8_auto.cuh)
+enum {
+    FP8_QKV = 1, FP8_ATTPROJ = 2, FP8_FC = 4, FP8_FCPROJ = 8, FP8_HEAD = 16,
+    FP8_LAYERS_BLOCKS = 15, FP8_LAYERS_HEAD = 16, FP8_LAYERS_ALL = 31, FP8_LAYERS_AUTO = 32
+};
+static const char *const FP8_KIND_NAMES[] = {"qkv", "attproj", "fc", "fcproj", "head"};
+#define FP8_KINDS 5
 
 typedef struct {
     TrainOptions o;  // the options both trainers take
@@ -51,8 +58,8 @@ static void gpu_settings_defaults(GpuSettings *s) {
     s->comm = "nccl";
     s->max_memory = "";
     s->optimizer_state = "fp32";
-    s->fp8_layers = "all";
-    s->fp8_scaling = "current";
+    s->fp8_layers = "auto";
+    s->fp8_scaling = "delayed";
 }
 
 // The options that shape the model and its update: test_gpt2cu takes these; the trainer
@@ -91,10 +98,13 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
              "1: the linear layers' matmuls in FP8 (E4M3 weights and inputs, E5M2 gradients, per-tensor scales, "
              "see --fp8-scaling; bf16 build, GPUs of compute capability 8.9 and up), 0: in bf16");
     args_add(t, NULL, "--fp8-layers", ARG_STRING, &s->fp8_layers,
-             "with --fp8 1, which linear layers: all, blocks (the four of every block), or head (the lm_head)");
+             "with --fp8 1, which linear layers: auto (each kind timed in FP8 and bf16 at the run's shapes at "
+             "start-up; those FP8 makes faster), all, blocks (the four of every block), head (the lm_head), or a "
+             "comma list of qkv, attproj, fc, fcproj, head");
     args_add(t, NULL, "--fp8-scaling", ARG_STRING, &s->fp8_scaling,
-             "with --fp8 1, the inputs' and gradients' scales: current (each tensor's own amax, one more pass "
-             "over it) or delayed (the last 16 steps' amaxes over all ranks, kept in the checkpoint)");
+             "with --fp8 1, the inputs' and gradients' scales: delayed (the last 16 steps' amaxes over all ranks, "
+             "kept in the checkpoint; the casts record them as they go) or current (each tensor's own amax, one "
+             "more pass over it)");
     args_add(t, NULL, "--deterministic", ARG_SWITCH, &s->deterministic,
              "1: bitwise-reproducible runs (fixed summation order everywhere), 0: matmul algorithms picked by "
              "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size 128, "
@@ -126,12 +136,30 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
              "print a table at the end");
 }
 
-// --fp8 (0 or 1) and --fp8-layers to FP8_LAYERS_* (0: no FP8)
+// a comma list of kinds (qkv,fc,head) as FP8_* bits; 0 if a name is not a kind
+static int fp8_kinds_list(const char *list) {
+    int mask = 0;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < FP8_KINDS && (strlen(FP8_KIND_NAMES[k]) != len || strncmp(p, FP8_KIND_NAMES[k], len) != 0)) k++;
+        if (k == FP8_KINDS) return 0;
+        mask |= 1 << k;
+        p += len;
+        if (*p == ',' && *++p == 0) return 0;  // a trailing comma
+    }
+    return mask;
+}
+
+// --fp8 (0 or 1) and --fp8-layers to FP8_* bits (0: no FP8): all, blocks, head, auto, or a
+// comma list of qkv, attproj, fc, fcproj, head
 static int fp8_layers_arg(int fp8, const char *layers) {
     int mask = !strcmp(layers, "all") ? FP8_LAYERS_ALL : !strcmp(layers, "blocks") ? FP8_LAYERS_BLOCKS
-               : !strcmp(layers, "head")                                            ? FP8_LAYERS_HEAD
-                                                                                    : -1;
-    if (mask < 0) fatal("--fp8-layers must be all, blocks or head, got '%s'", layers);
+               : !strcmp(layers, "head") ? FP8_LAYERS_HEAD : !strcmp(layers, "auto") ? FP8_LAYERS_AUTO
+               : fp8_kinds_list(layers);
+    if (!mask)
+        fatal("--fp8-layers must be all, blocks, head, auto or a comma list of qkv, attproj, fc, fcproj and head, "
+              "got '%s'", layers);
     if (fp8 && PRECISION != PRECISION_BF16)
         fatal("--fp8 1: FP8 matmuls are in the bf16 build (make PRECISION=BF16); this is the %s build",
               PRECISION_NAME);

@@ -11,6 +11,7 @@
 #include "settings.cuh"
 #include "model.cuh"
 #include "fp8_layers.cuh"
+#include "fp8_auto.cuh"
 #include "data_parallel.cuh"
 #include "optimizer.cuh"
 #include "batch.cuh"
@@ -31,6 +32,19 @@ typedef struct {
     PhaseTimer phases;
 } GpuTrainer;
 
+// --fp8-layers auto: every kind of linear layer timed in FP8 and in bf16, the kinds FP8 makes
+// faster kept in FP8 (gpu/fp8_auto.cuh); the timing's gradients are zeroed
+static void trainer_fp8_auto(GpuTrainer *t) {
+    GPT2 *m = &t->model;
+    fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);
+    const int mask = fp8_auto_choose(m, &t->fp8, &t->dp, t->dp.rank == 0);
+    gpt2_zero_grad(m);
+    fp8_layers_build(&t->fp8, &m->config, mask);
+    char text[64];
+    if (t->dp.rank == 0) printf("fp8 auto: FP8 in %s (as --fp8-layers %s would)\n", fp8_kinds_text(mask, text, sizeof text),
+                                mask ? text : "with --fp8 0");
+}
+
 // The trainer of the model host_params (fp32, checkpoint order) with the settings s (checked,
 // and resolved for the model by gpu_settings_for_model). comm: the ranks' communicator
 // (NULL: one rank); rank of world.
@@ -40,9 +54,10 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     t->s = *s;
     g_fuse_gelu = s->fuse_gelu;
     matmul_set_tf32(s->tf32);
-    fp8_layers_init(&t->fp8, cfg, s, (size_t)s->o.B * s->o.T);
+    fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed);
     gpt2_build(&t->model, cfg, host_params, s, &t->fp8);
     dp_init(&t->dp, comm, rank, world, s->zero_stage, t->model.stream);
+    if (t->fp8.auto_pick) trainer_fp8_auto(t);
     optimizer_create(&t->opt, &t->model, host_params, s, &t->dp, &t->fp8);
     dp_bind_gradients(&t->dp, &t->model, &t->opt.zl, t->opt.gshard);
     CUDA_CHECK(cudaMalloc(&t->info, INFO_SLOTS * sizeof(float)));

@@ -107,10 +107,13 @@ __device__ __forceinline__ int fp8t_at(int c, int r) {
     return c * FP8T_TILE + ((((r >> 4) ^ (c >> 3)) & 3) << 4) + (r & 15);
 }
 
+// out_rows (optional): the row-major codes too (rows x cols, ld cols), from the same read, for
+// a tensor that is wanted both ways (a weight: the forward's W and the backward's W^T; an
+// output gradient: dinp's g and dweight's g^T): one pass over the bf16 tensor instead of two.
 template <int F>
 __global__ void __launch_bounds__(FP8_THREADS)
-fp8_quantize_transpose_kernel(uint8_t *out, float *amax, const floatX *inp, size_t ld, const float *scale, int rows,
-                              int cols, int vec_in, int vec_out) {
+fp8_quantize_transpose_kernel(uint8_t *out, uint8_t *out_rows, float *amax, const floatX *inp, size_t ld,
+                              const float *scale, int rows, int cols, int vec_in, int vec_out, int vec_rows) {
     constexpr int V = X128::size;
     __shared__ __align__(16) uint8_t tile[FP8T_TILE * FP8T_TILE];
     const int r0 = blockIdx.y * FP8T_TILE, c0 = blockIdx.x * FP8T_TILE;
@@ -131,13 +134,22 @@ fp8_quantize_transpose_kernel(uint8_t *out, float *amax, const floatX *inp, size
         } else {
             for (int k = 0; k < 8; k++) f[k] = r < rows && c + k < cols ? to_float(src[k]) : 0.0f;
         }
+        uint32_t w[2];
 #pragma unroll
         for (int k = 0; k < 8; k += 4) {
-            uint32_t w = fp8x4<F>(f + k, s);
+            w[k / 4] = fp8x4<F>(f + k, s);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                tile[fp8t_at(lc + k + j, lr)] = (uint8_t)(w >> (8 * j));
+                tile[fp8t_at(lc + k + j, lr)] = (uint8_t)(w[k / 4] >> (8 * j));
                 m = max(m, abs_bits(f[k + j]));
+            }
+        }
+        if (out_rows && r < rows) {
+            uint8_t *dst = out_rows + (size_t)r * cols + c;
+            if (vec_rows && c + 8 <= cols) {
+                *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+            } else {
+                for (int k = 0; k < 8 && c + k < cols; k++) dst[k] = (uint8_t)(w[k / 4] >> (8 * (k % 4)));
             }
         }
     }
@@ -180,25 +192,38 @@ static void fp8_quantize(uint8_t *out, float *amax, const floatX *inp, const flo
 }
 
 // out (cols x rows codes) = fp8(inp^T * *scale) for inp (rows x cols, row-major, rows ld
-// elements apart: with ld > cols a column block of a wider tensor); amax as fp8_quantize
-static void fp8_quantize_transpose_ld(uint8_t *out, float *amax, const floatX *inp, size_t ld, const float *scale,
-                                      int rows, int cols, Fp8Format f, cudaStream_t s) {
+// elements apart: with ld > cols a column block of a wider tensor); amax as fp8_quantize.
+// out_rows (NULL: none) also gets the codes as inp lies (rows x cols, cols apart).
+static void fp8_quantize_both_ld(uint8_t *out, uint8_t *out_rows, float *amax, const floatX *inp, size_t ld,
+                                 const float *scale, int rows, int cols, Fp8Format f, cudaStream_t s) {
     int vec_in = fp8_aligned(inp, 16) && (ld * sizeof(floatX)) % 16 == 0;
     int vec_out = fp8_aligned(out, 16) && rows % 16 == 0;
+    int vec_rows = out_rows && fp8_aligned(out_rows, 8) && cols % 8 == 0;
     dim3 grid(ceil_div(cols, FP8T_TILE), ceil_div(rows, FP8T_TILE));
     if (f == FP8_E4M3)
-        fp8_quantize_transpose_kernel<FP8_E4M3><<<grid, FP8_THREADS, 0, s>>>(out, amax, inp, ld, scale, rows, cols,
-                                                                            vec_in, vec_out);
+        fp8_quantize_transpose_kernel<FP8_E4M3><<<grid, FP8_THREADS, 0, s>>>(out, out_rows, amax, inp, ld, scale,
+                                                                            rows, cols, vec_in, vec_out, vec_rows);
     else
-        fp8_quantize_transpose_kernel<FP8_E5M2><<<grid, FP8_THREADS, 0, s>>>(out, amax, inp, ld, scale, rows, cols,
-                                                                            vec_in, vec_out);
+        fp8_quantize_transpose_kernel<FP8_E5M2><<<grid, FP8_THREADS, 0, s>>>(out, out_rows, amax, inp, ld, scale,
+                                                                            rows, cols, vec_in, vec_out, vec_rows);
     LAUNCH_CHECK();
+}
+
+static void fp8_quantize_transpose_ld(uint8_t *out, float *amax, const floatX *inp, size_t ld, const float *scale,
+                                      int rows, int cols, Fp8Format f, cudaStream_t s) {
+    fp8_quantize_both_ld(out, NULL, amax, inp, ld, scale, rows, cols, f, s);
 }
 
 // the same for a whole tensor (ld = cols)
 static void fp8_quantize_transpose(uint8_t *out, float *amax, const floatX *inp, const float *scale, int rows,
                                    int cols, Fp8Format f, cudaStream_t s) {
-    fp8_quantize_transpose_ld(out, amax, inp, (size_t)cols, scale, rows, cols, f, s);
+    fp8_quantize_both_ld(out, NULL, amax, inp, (size_t)cols, scale, rows, cols, f, s);
+}
+
+// out_rows (rows x cols codes) and out (its transpose) from one read of inp (rows x cols)
+static void fp8_quantize_both(uint8_t *out_rows, uint8_t *out, float *amax, const floatX *inp, const float *scale,
+                              int rows, int cols, Fp8Format f, cudaStream_t s) {
+    fp8_quantize_both_ld(out, out_rows, amax, inp, (size_t)cols, scale, rows, cols, f, s);
 }
 
 // *scale (and *deq = 1 / *scale, for the matmul) from the largest finite amax of the H
@@ -266,12 +291,18 @@ static void fp8_require_device(void) {
 static int g_fp8_fallbacks = 0;
 
 static void lt_call_create_fp8(LtCall *c, Fp8Format fa, const float *a_deq, Fp8Format fb, const float *b_deq,
-                               const floatX *bias, int m, int n, int k, int lda, int ldb, int ldd, int fast_accum) {
+                               const floatX *bias, int m, int n, int k, int lda, int ldb, int ldd, int fast_accum,
+                               cublasLtEpilogue_t epi, const floatX *aux, int ldaux) {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (aux) {  // (its type: D's, bf16)
+        int64_t ld = ldaux;
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (bias) {
         cudaDataType_t bt = CUBLAS_FLOATX;
@@ -293,29 +324,38 @@ static void lt_call_create_fp8(LtCall *c, Fp8Format fa, const float *a_deq, Fp8F
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->ld, CUBLAS_FLOATX, m, n, ldd));
 }
 
-// D (m x n, col-major, ld ldd) = a_deq * b_deq * A^T B [+ bias] [+ beta * D]   (TN)
+// D (m x n, col-major, ld ldd) = epi(a_deq * b_deq * A^T B [+ bias] [+ beta * D])   (TN)
 // A: k x m col-major FP8 codes of format fa (row-major: m rows of k codes, lda >= k apart),
 // B: k x n likewise (n rows of k codes); a_deq, b_deq: device floats, the dequantization
 // factors (1 / scale; NULL: 1); bias: m floatX or NULL. fast_accum: cuBLASLt's FP8 fast
 // accumulation (the tensor cores' partial sums are not promoted to fp32 now and then:
 // faster, less accurate). In the trainer's row-major terms, with m = OC, n = N, k = C:
 // out (N, OC) = inp (N, C) W^T is A = W (OC x C), B = inp (N x C), D = out.
-static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq, const uint8_t *B,
-                       Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k, int lda, int ldb,
-                       int ldd, float beta, int fast_accum, cudaStream_t s) {
+// With an epilogue (matmul_fp8_epi): CUBLASLT_EPILOGUE_GELU_AUX_BIAS or GELU_AUX, D = gelu(..)
+// and aux (m x n, ld ldaux, bf16) = the GELU's input, as the bf16 forward fuses it; or DGELU,
+// D = (..) * gelu'(aux), as the bf16 dinp fuses it. Returns 0 when cuBLASLt offers no
+// algorithm for that epilogue (nothing ran: the caller runs the separate kernel).
+static int matmul_fp8_epi(floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq, const uint8_t *B,
+                          Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k, int lda, int ldb,
+                          int ldd, float beta, int fast_accum, cublasLtEpilogue_t epi, const floatX *aux, int ldaux,
+                          cudaStream_t s) {
     const char *why = matmul_fp8_refusal(D, A, fa, B, fb, m, n, k, lda, ldb, ldd);
     if (why) fatal("FP8 matmul %s x %s, m=%d n=%d k=%d: %s", fp8_format_name(fa), fp8_format_name(fb), m, n, k, why);
     fp8_require_device();
     LtCall c;
-    lt_call_create_fp8(&c, fa, a_deq, fb, b_deq, bias, m, n, k, lda, ldb, ldd, fast_accum);
+    lt_call_create_fp8(&c, fa, a_deq, fb, b_deq, bias, m, n, k, lda, ldb, ldd, fast_accum, epi, aux, ldaux);
     MatmulPlan key;
     memset(&key, 0, sizeof key);
     key.m = m; key.n = n; key.k = k; key.ta = 1; key.tb = 0; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
-    key.epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    key.epi = (int)epi;
     key.has_bias = bias != NULL;
     key.beta_nonzero = beta != 0.0f;
     key.variant = 1 + (int)fa + 2 * (int)fb + 4 * (fast_accum != 0);
     MatmulPlan *plan = matmul_plan_choose(&key, &c, D, A, B, beta, s);
+    if (!plan->ok && aux) {
+        lt_call_destroy(&c);
+        return 0;
+    }
     if (!plan->ok)
         fatal("cuBLASLt offers no algorithm for the FP8 matmul %s x %s, m=%d n=%d k=%d%s%s on this GPU",
               fp8_format_name(fa), fp8_format_name(fb), m, n, k, bias ? ", bias" : "",
@@ -356,4 +396,12 @@ static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a
               operand_alignment(D), a_deq ? operand_alignment(a_deq) : 0, b_deq ? operand_alignment(b_deq) : 0,
               bias ? operand_alignment(bias) : 0, (int)st);
     lt_call_destroy(&c);
+    return 1;
+}
+
+static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq, const uint8_t *B,
+                       Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k, int lda, int ldb,
+                       int ldd, float beta, int fast_accum, cudaStream_t s) {
+    matmul_fp8_epi(D, A, fa, a_deq, B, fb, b_deq, bias, m, n, k, lda, ldb, ldd, beta, fast_accum,
+                   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s);
 }

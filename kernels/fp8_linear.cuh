@@ -15,12 +15,16 @@
 //     (fp8_linear_roll moves it into the history after each step). One read of each
 //     operand less; the histories join the checkpoint (fp8_linear_state_*). Until the
 //     first roll the step scales itself, as current scaling does.
-// Operands go through three buffers of `cap` bytes of codes in pieces, so that none needs
-// a buffer of its size (the lm_head's gradient is N x 50304): the trainer gives them N x C
-// bytes each (at least 64 rows of the widest operand). The forward and dinp run over row
-// chunks (each output row is one matmul's); dweight over slices of its rows or columns,
-// each summing all N rows in one matmul (fp8_dweight_plan), so it is rounded once.
-// Bias gradients, GELU and its derivative stay in bf16 (kernels/matmul.cuh, gelu.cuh).
+// Operands go through three buffers of codes, the site's own or memory the caller lends
+// (fp8_linear_lend: the trainer lends the blocks the logits' memory and the lm_head the MLP
+// gradient's, gpu/fp8_layers.cuh). Where they hold a whole operand, the backward reads the
+// output gradient once for both its copies (g for dinp, g^T for dweight) and runs each
+// product as one matmul. Else (the lm_head, whose gradient is N x 50304) operands go in
+// pieces: the forward and dinp over row chunks (each output row is one matmul's); dweight
+// over slices of its rows or columns, each summing all N rows in one matmul
+// (fp8_dweight_plan), so it is rounded once.
+// GELU runs in the FP8 forward's epilogue, as in bf16 (or, where cuBLASLt offers none, as a
+// kernel of its own); its derivative is a kernel (gelu.cuh); bias gradients are bf16 passes.
 #pragma once
 #include "fp8.cuh"
 
@@ -46,8 +50,11 @@ typedef struct {
     size_t *w_off;      // host: each site's weight codes in `weights` (then its transpose)
     uint8_t *weights;   // device: per site W (OC x C) then W^T (C x OC), E4M3
     float *scalars;     // device: [site][operand][slot]
-    uint8_t *buf[3];    // device: codes of one operand chunk each
+    uint8_t *buf[3];    // device: codes of one operand chunk each (cap 0: none; the sites use lent ones)
     size_t cap;         // bytes of each buffer
+    uint8_t *lent[2][3];  // device: buffers in memory lent by the caller, [0] for the sites below lent_split,
+    size_t lent_cap[2];   // [1] for the others, and the bytes of each (0: none lent)
+    int lent_split;
 } Fp8Linear;
 
 // bytes of a site's two weight copies, rounded up so that every site's start 256-byte aligned
@@ -78,7 +85,8 @@ static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *
         f->w_off[i] = w;
         w += fp8_site_bytes(oc[i], c[i]);
     }
-    CUDA_CHECK(cudaMalloc(&f->weights, w));
+    f->weights = NULL;
+    if (w) CUDA_CHECK(cudaMalloc(&f->weights, w));
     size_t ns = (size_t)nsites * FP8_OPS * FP8_SLOTS;
     float *h = (float *)xmalloc(ns * sizeof(float));
     for (size_t i = 0; i < ns; i++) h[i] = i % FP8_SLOTS == FP8_AMAX ? 0.0f : 1.0f;  // scale 1 until an amax
@@ -86,7 +94,9 @@ static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *
     CUDA_CHECK(cudaMemcpy(f->scalars, h, ns * sizeof(float), cudaMemcpyHostToDevice));
     free(h);
     f->cap = cap;
-    for (int i = 0; i < 3; i++) CUDA_CHECK(cudaMalloc(&f->buf[i], cap));
+    for (int i = 0; i < 3; i++) f->buf[i] = NULL;
+    if (cap)  // (none: every site runs in lent buffers)
+        for (int i = 0; i < 3; i++) CUDA_CHECK(cudaMalloc(&f->buf[i], cap));
 }
 
 static void fp8_linear_free(Fp8Linear *f) {
@@ -100,6 +110,27 @@ static void fp8_linear_free(Fp8Linear *f) {
     free(f->c);
     free(f->w_off);
     memset(f, 0, sizeof *f);
+}
+
+// Lends `bytes` of device memory at base (256-byte aligned), free whenever the sites below
+// split run (below: 1) or the others (below: 0), as their three buffers
+static void fp8_linear_lend(Fp8Linear *f, void *base, size_t bytes, int split, int below) {
+    const int r = below ? 0 : 1;
+    f->lent_cap[r] = bytes / 3 / 256 * 256;
+    for (int i = 0; i < 3; i++) f->lent[r][i] = (uint8_t *)base + i * f->lent_cap[r];
+    f->lent_split = split;
+}
+
+// the three buffers the site's operands are cast into (the larger of its lent and its own
+// ones), and the bytes of each
+static uint8_t *const *fp8_bufs(const Fp8Linear *f, int site, size_t *cap) {
+    const int r = site < f->lent_split ? 0 : 1;
+    if (f->lent_cap[r] > f->cap) {
+        *cap = f->lent_cap[r];
+        return f->lent[r];
+    }
+    *cap = f->cap;
+    return f->buf;
 }
 
 static float *fp8_slot(const Fp8Linear *f, int site, int op, int slot) {
@@ -161,12 +192,12 @@ static void fp8_linear_roll(const Fp8Linear *f, cudaStream_t s) {
     LAUNCH_CHECK();
 }
 
-// The delayed-scaling state as floats, for the checkpoint: each site's weight shape (0 x 0
-// for a layer not in FP8: a state of other layers is then told apart), the scalars, the
-// histories, the history slot and whether a roll happened. 0 floats with current scaling,
-// which keeps none.
+// The FP8 state as floats, for the checkpoint: each site's weight shape (0 x 0 for a layer
+// not in FP8: which layers run in FP8, and a state of other layers is told apart), the
+// scalars, the histories, the history slot and whether a roll happened (the last four
+// matter to delayed scaling only; current scaling scales each tensor afresh).
 static size_t fp8_linear_state_floats(const Fp8Linear *f) {
-    return f->delayed ? (size_t)f->nsites * (2 + FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) + 2 : 0;
+    return (size_t)f->nsites * (2 + FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) + 2;
 }
 
 static void fp8_linear_state_get(const Fp8Linear *f, float *out, cudaStream_t s) {
@@ -200,8 +231,12 @@ static int fp8_linear_state_set(Fp8Linear *f, const float *in) {
     return 1;
 }
 
-// Rows per chunk of an operand `width` codes wide (common/fp8.h); 0: not even 16 fit
-static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) { return fp8_rows_per_chunk(f->cap, width, N); }
+// Rows per chunk of an operand `width` codes wide in the site's buffers (common/fp8.h); 0: not even 16 fit
+static int fp8_chunk_rows(const Fp8Linear *f, int site, int width, int N) {
+    size_t cap;
+    fp8_bufs(f, site, &cap);
+    return fp8_rows_per_chunk(cap, width, N);
+}
 
 // Whether the site can run in FP8 at N rows: cuBLASLt's FP8 kernels need every dimension a
 // multiple of 16, and a chunk at least 16 rows; the transposing casts take all N rows in one
@@ -210,7 +245,7 @@ static int fp8_chunk_rows(const Fp8Linear *f, int width, int N) { return fp8_row
 static int fp8_linear_fits(const Fp8Linear *f, int site, int N) {
     int OC = f->oc[site], C = f->c[site];
     return N % 16 == 0 && N <= 65535 * 64 && OC % 16 == 0 && C % 16 == 0 &&
-           fp8_chunk_rows(f, OC > C ? OC : C, N) >= 16;
+           fp8_chunk_rows(f, site, OC > C ? OC : C, N) >= 16;
 }
 
 // The site's weight W (OC x C, bf16) to its FP8 copies, after every change of the weights
@@ -219,8 +254,13 @@ static void fp8_linear_weight(Fp8Linear *f, int site, const floatX *W, cudaStrea
     uint8_t *w = f->weights + f->w_off[site], *wt = w + (size_t)OC * C;
     const float *scale = fp8_slot(f, site, FP8_OP_W, FP8_SCALE);
     fp8_scale_for(f, site, FP8_OP_W, W, (size_t)OC * C, FP8_E4M3, s);
-    fp8_quantize(w, NULL, W, scale, (size_t)OC * C, FP8_E4M3, s);
-    fp8_quantize_transpose(wt, NULL, W, scale, OC, C, FP8_E4M3, s);
+    fp8_quantize_both(w, wt, NULL, W, scale, OC, C, FP8_E4M3, s);
+}
+
+// Said once: cuBLASLt offers no FP8 matmul with the GELU epilogue here (the separate kernel runs)
+static void fp8_gelu_not_fused(void) {
+    static int said = 0;
+    if (!said++) fprintf(stderr, "note: cuBLASLt offers no FP8 matmul with a GELU epilogue; using the GELU kernel\n");
 }
 
 // out (N, OC) = inp (N, C) W^T + bias [GELU: pre_gelu = that, out = gelu(pre_gelu)]
@@ -229,17 +269,27 @@ static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_
     int OC = f->oc[site], C = f->c[site];
     const uint8_t *w = f->weights + f->w_off[site];
     float *amax = fp8_operand_scale(f, site, FP8_OP_X, inp, (size_t)N * C, FP8_E4M3, s);
+    const int fuse = pre_gelu && g_fuse_gelu;  // GELU in the epilogue, as the bf16 forward
+    int fused = fuse;
     floatX *dst = pre_gelu ? pre_gelu : out;
-    const int R = fp8_chunk_rows(f, C, N);
+    size_t cap;
+    uint8_t *const *buf = fp8_bufs(f, site, &cap);
+    const int R = fp8_chunk_rows(f, site, C, N);
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
-        fp8_quantize(f->buf[0], amax, inp + (size_t)r0 * C, fp8_slot(f, site, FP8_OP_X, FP8_SCALE), (size_t)rows * C,
+        fp8_quantize(buf[0], amax, inp + (size_t)r0 * C, fp8_slot(f, site, FP8_OP_X, FP8_SCALE), (size_t)rows * C,
                      FP8_E4M3, s);
         // out rows (col-major OC x rows) = (W: OC rows of C)^T-op times x rows
-        matmul_fp8(dst + (size_t)r0 * OC, w, FP8_E4M3, fp8_slot(f, site, FP8_OP_W, FP8_DEQ), f->buf[0], FP8_E4M3,
-                   fp8_slot(f, site, FP8_OP_X, FP8_DEQ), bias, OC, rows, C, C, C, OC, 0.0f, 1, s);
+        const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
+        const size_t o = (size_t)r0 * OC;
+        if (fused)
+            fused = matmul_fp8_epi(out + o, w, FP8_E4M3, w_deq, buf[0], FP8_E4M3, x_deq, bias, OC, rows, C, C, C, OC,
+                                   0.0f, 1, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                                   pre_gelu + o, OC, s);
+        if (!fused) matmul_fp8(dst + o, w, FP8_E4M3, w_deq, buf[0], FP8_E4M3, x_deq, bias, OC, rows, C, C, C, OC, 0.0f, 1, s);
+        if (!fused && pre_gelu) gelu_forward(out + o, pre_gelu + o, (long)rows * OC, s);
     }
-    if (pre_gelu) gelu_forward(out, pre_gelu, (long)N * OC, s);
+    if (fuse && !fused) fp8_gelu_not_fused();
 }
 
 // How fp8_linear_backward splits dweight += g^T x. The sum over all N rows goes in one
@@ -254,68 +304,109 @@ static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_
 enum { FP8_DW_OUT_SLICES, FP8_DW_IN_SLICES, FP8_DW_ROW_CHUNKS };
 static int fp8_dweight_plan(const Fp8Linear *f, int site, int N, int *slice) {
     int OC = f->oc[site], C = f->c[site];
-    if (fp8_chunk_rows(f, N, C) == C) {
-        *slice = fp8_chunk_rows(f, N, OC);
+    if (fp8_chunk_rows(f, site, N, C) == C) {
+        *slice = fp8_chunk_rows(f, site, N, OC);
         return FP8_DW_OUT_SLICES;
     }
-    if (fp8_chunk_rows(f, N, OC) == OC) {
+    if (fp8_chunk_rows(f, site, N, OC) == OC) {
         // slices start at dweight + c0: a multiple of 128 elements keeps each start 256-byte
         // aligned, as cuBLASLt's algorithm choice assumes (the plan is made for the first slice)
-        *slice = fp8_chunk_rows(f, N, C);
+        *slice = fp8_chunk_rows(f, site, N, C);
         if (*slice < C && *slice >= 128) *slice = *slice / 128 * 128;
         return FP8_DW_IN_SLICES;
     }
-    *slice = fp8_chunk_rows(f, OC > C ? OC : C, N);
+    *slice = fp8_chunk_rows(f, site, OC > C ? OC : C, N);
     return FP8_DW_ROW_CHUNKS;
 }
 
-// dinp (N, C) = dout (N, OC) W [* gelu'(pre_gelu)], written; dweight (OC, C) += dout^T inp.
+// Whether the site's buffers hold its whole operands at N rows (g and g^T, x^T): then the
+// backward casts g once for both and runs dinp and dweight as one matmul each
+static int fp8_whole(const Fp8Linear *f, int site, int N) {
+    size_t cap;
+    fp8_bufs(f, site, &cap);
+    return (size_t)N * f->oc[site] <= cap && (size_t)N * f->c[site] <= cap;
+}
+
+// rows of dinp (col-major C x rows) = (W^T codes: C rows of OC)^T-op times g's rows [* gelu'(pre_gelu)].
+// GELU's derivative is a kernel of its own: cuBLASLt's FP8 DGELU epilogue made fcproj's backward
+// 1.6x slower on an H100 (2.54 against 1.61 ms at d12 B=64) and missed the double-precision
+// reference by up to 78 times the tolerance in 4 of 1.5M outputs (docs/fp8.md).
+static void fp8_dinp(floatX *dinp, const uint8_t *wt, const float *w_deq, const uint8_t *g, const float *g_deq,
+                     const floatX *pre_gelu, int C, int rows, int OC, cudaStream_t s) {
+    matmul_fp8(dinp, wt, FP8_E4M3, w_deq, g, FP8_E5M2, g_deq, NULL, C, rows, OC, OC, OC, C, 0.0f, 0, s);
+    if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)rows * C, s);
+}
+
+// dinp (N, C) = dout (N, OC) W [* gelu'(pre_gelu)], written; dweight (OC, C) += dout^T inp;
+// dbias (OC, NULL: none) += dout's column sums (scratch: bias_grad_scratch_floats(OC)), in the
+// pass that finds dout's amax where the gradient scales itself.
 // inp must be the tensor of the site's last forward (its scale is that forward's).
-static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dweight, const floatX *dout,
+static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
+                                const floatX *dout,
                                 const floatX *inp, const floatX *pre_gelu, int N, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
     const uint8_t *wt = f->weights + f->w_off[site] + (size_t)OC * C;
     const float *g_scale = fp8_slot(f, site, FP8_OP_G, FP8_SCALE), *x_scale = fp8_slot(f, site, FP8_OP_X, FP8_SCALE);
     const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *g_deq = fp8_slot(f, site, FP8_OP_G, FP8_DEQ);
     const float *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
-    float *amax = fp8_operand_scale(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
+    float *amax = NULL;
+    if (dbias && !(f->delayed && f->rolled)) {  // (fp8_operand_scale's amax pass, with the bias pass)
+        float *a = fp8_slot(f, site, FP8_OP_G, FP8_AMAX);
+        CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float), s));
+        bias_backward(dbias, scratch, dout, N, OC, OC, s, a);
+        fp8_update_scale(fp8_slot(f, site, FP8_OP_G, FP8_SCALE), fp8_slot(f, site, FP8_OP_G, FP8_DEQ), a, 1, FP8_E5M2,
+                         0, s);
+    } else {
+        amax = fp8_operand_scale(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
+        if (dbias) bias_backward(dbias, scratch, dout, N, OC, OC, s);
+    }
+    size_t cap;
+    uint8_t *const *buf = fp8_bufs(f, site, &cap);
+    if (fp8_whole(f, site, N)) {
+        // g and g^T from one read of dout, x^T from one of inp; dinp (col-major C x N) = (W^T:
+        // C rows of OC)^T-op times g; dweight (col-major C x OC) += (x^T: C rows of N) with g^T
+        fp8_quantize_both(buf[0], buf[1], amax, dout, g_scale, N, OC, FP8_E5M2, s);
+        fp8_quantize_transpose(buf[2], NULL, inp, x_scale, N, C, FP8_E4M3, s);
+        fp8_dinp(dinp, wt, w_deq, buf[0], g_deq, pre_gelu, C, N, OC, s);
+        matmul_fp8(dweight, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, OC, N, N, N, C, 1.0f, 0, s);
+        return;
+    }
     // dinp, by row chunks of g: each row of dinp is one matmul's
-    const int R = fp8_chunk_rows(f, OC, N);
+    const int R = fp8_chunk_rows(f, site, OC, N);
     for (int r0 = 0; r0 < N; r0 += R) {
         int rows = N - r0 < R ? N - r0 : R;
-        fp8_quantize(f->buf[0], amax, dout + (size_t)r0 * OC, g_scale, (size_t)rows * OC, FP8_E5M2, s);
+        fp8_quantize(buf[0], amax, dout + (size_t)r0 * OC, g_scale, (size_t)rows * OC, FP8_E5M2, s);
         // dinp rows (col-major C x rows) = (W^T: C rows of OC codes)^T-op times g rows
-        matmul_fp8(dinp + (size_t)r0 * C, wt, FP8_E4M3, w_deq, f->buf[0], FP8_E5M2, g_deq, NULL, C, rows, OC, OC,
-                   OC, C, 0.0f, 0, s);
+        fp8_dinp(dinp + (size_t)r0 * C, wt, w_deq, buf[0], g_deq, pre_gelu ? pre_gelu + (size_t)r0 * C : NULL, C,
+                 rows, OC, s);
     }
     // dweight (col-major C x OC) += (x^T: C rows of N codes) with (g^T: OC rows of N codes),
     // split as fp8_dweight_plan says
     int S;
     const int way = fp8_dweight_plan(f, site, N, &S);
     if (way == FP8_DW_OUT_SLICES) {
-        fp8_quantize_transpose(f->buf[2], NULL, inp, x_scale, N, C, FP8_E4M3, s);
+        fp8_quantize_transpose(buf[2], NULL, inp, x_scale, N, C, FP8_E4M3, s);
         for (int o0 = 0; o0 < OC; o0 += S) {
             int n = OC - o0 < S ? OC - o0 : S;
-            fp8_quantize_transpose_ld(f->buf[1], NULL, dout + o0, (size_t)OC, g_scale, N, n, FP8_E5M2, s);
-            matmul_fp8(dweight + (size_t)o0 * C, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, n,
+            fp8_quantize_transpose_ld(buf[1], NULL, dout + o0, (size_t)OC, g_scale, N, n, FP8_E5M2, s);
+            matmul_fp8(dweight + (size_t)o0 * C, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, n,
                        N, N, N, C, 1.0f, 0, s);
         }
     } else if (way == FP8_DW_IN_SLICES) {
-        fp8_quantize_transpose(f->buf[1], NULL, dout, g_scale, N, OC, FP8_E5M2, s);
+        fp8_quantize_transpose(buf[1], NULL, dout, g_scale, N, OC, FP8_E5M2, s);
         for (int c0 = 0; c0 < C; c0 += S) {
             int m = C - c0 < S ? C - c0 : S;
-            fp8_quantize_transpose_ld(f->buf[2], NULL, inp + c0, (size_t)C, x_scale, N, m, FP8_E4M3, s);
-            matmul_fp8(dweight + c0, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, m, OC, N, N, N, C,
+            fp8_quantize_transpose_ld(buf[2], NULL, inp + c0, (size_t)C, x_scale, N, m, FP8_E4M3, s);
+            matmul_fp8(dweight + c0, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, m, OC, N, N, N, C,
                        1.0f, 0, s);
         }
     } else {
         for (int r0 = 0; r0 < N; r0 += S) {
             int rows = N - r0 < S ? N - r0 : S;
-            fp8_quantize_transpose(f->buf[1], NULL, dout + (size_t)r0 * OC, g_scale, rows, OC, FP8_E5M2, s);
-            fp8_quantize_transpose(f->buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);
-            matmul_fp8(dweight, f->buf[2], FP8_E4M3, x_deq, f->buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows,
+            fp8_quantize_transpose(buf[1], NULL, dout + (size_t)r0 * OC, g_scale, rows, OC, FP8_E5M2, s);
+            fp8_quantize_transpose(buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);
+            matmul_fp8(dweight, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows,
                        rows, C, 1.0f, 0, s);
         }
     }
-    if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
 }

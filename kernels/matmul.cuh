@@ -261,21 +261,31 @@ static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, con
 #define BIAS_BWD_WARPS 8
 #define BIAS_BWD_CHUNKS 256
 
+// amax (optional): max |dout| into *amax as float bits (atomicMax: non-negative floats order
+// like their bits), for FP8's current scaling of a gradient the bias pass reads anyway
 __global__ void __launch_bounds__(32 * BIAS_BWD_WARPS)
-bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC, int ld) {
+bias_grad_partial_kernel(float *partials, unsigned *amax, const floatX *dout, int N, int OC, int ld) {
     constexpr int V = X128::size, TILE = 32 * V;
     __shared__ float part[BIAS_BWD_WARPS][TILE];
     int c = blockIdx.x * TILE + threadIdx.x * V;
     int rows_per = (N + gridDim.y - 1) / gridDim.y;
     int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
     float acc[V];
+    unsigned m = 0;
     for (int k = 0; k < V; k++) acc[k] = 0.0f;
     if (c < OC) {
 #pragma unroll 4
         for (int r = r0 + threadIdx.y; r < r1; r += BIAS_BWD_WARPS) {
             X128 d = load128(dout + (size_t)r * ld + c);
-            for (int k = 0; k < V; k++) acc[k] += to_float(d[k]);
+            for (int k = 0; k < V; k++) {
+                acc[k] += to_float(d[k]);
+                if (amax) m = max(m, __float_as_uint(fabsf(to_float(d[k]))));
+            }
         }
+    }
+    if (amax) {
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (threadIdx.x == 0 && m) atomicMax(amax, m);
     }
     for (int k = 0; k < V; k++) part[threadIdx.y][threadIdx.x * V + k] = acc[k];
     __syncthreads();
@@ -292,11 +302,13 @@ bias_grad_partial_kernel(float *partials, const floatX *dout, int N, int OC, int
 static size_t bias_grad_scratch_floats(int max_OC) { return (size_t)BIAS_BWD_CHUNKS * max_OC; }
 
 // dbias (OC) += column sums of dout (N rows of OC, ld elements apart; OC and ld multiples of
-// X128::size); scratch: bias_grad_scratch_floats(OC) floats
-static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, int ld, cudaStream_t s) {
+// X128::size); scratch: bias_grad_scratch_floats(OC) floats. amax (not NULL): *amax = max(*amax,
+// max |dout|) too.
+static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int N, int OC, int ld, cudaStream_t s,
+                          float *amax = NULL) {
     int chunks = N < BIAS_BWD_CHUNKS ? N : BIAS_BWD_CHUNKS;
     dim3 grid(ceil_div(OC, 32 * X128::size), chunks);
-    bias_grad_partial_kernel<<<grid, dim3(32, BIAS_BWD_WARPS), 0, s>>>(scratch, dout, N, OC, ld);
+    bias_grad_partial_kernel<<<grid, dim3(32, BIAS_BWD_WARPS), 0, s>>>(scratch, (unsigned *)amax, dout, N, OC, ld);
     LAUNCH_CHECK();
     add_partial_sums(dbias, NULL, NULL, OC, scratch, chunks, OC, s);
 }

@@ -174,13 +174,13 @@ for prec in bf16 fp32 fp16; do
     [ $prec != bf16 ] && exe=$BIN/test_gpt2cu_$prec
     for shape in small long d12; do
         for extra in "" "--deterministic 0" "--cuda-graph 1" "--offload 1 --optimizer-state bf16" \
-            "--offload 2" "--fp8 1" "--fp8 1 --fp8-scaling delayed" "-r 1" \
+            "--offload 2" "--fp8 1 --fp8-scaling current" "--fp8 1 --fp8-scaling delayed" "-r 1" \
             "-r 2 --fuse-gelu 0"; do
             # the atomic-dq backward is flash attention's (bf16, fp16): at every shape, QUICK too;
             # the graphed AdamW steps and the state in host memory at d12, QUICK too
             if [ "$extra" = "--deterministic 0" ]; then
                 [ $prec = fp32 ] && continue
-            elif [ "$extra" = "--fp8 1" ]; then  # the bf16 build's, at every shape
+            elif [[ "$extra" == *current ]]; then  # the bf16 build's, at every shape
                 [ $prec != bf16 ] && continue
             elif [[ "$extra" == *delayed ]]; then
                 [ $prec != bf16 ] || [ $shape != d12 ] && continue
@@ -263,21 +263,22 @@ for sfx in "" _fp16 _fp32; do
 done
 # resume with graphs: the resumed run's first micro-step is eager, the rest replayed
 resume_pair "" "bf16 --cuda-graph 1" _graph --cuda-graph 1
-# FP8 (bf16 build): its scales come from each step's own tensors, so a resume is bit-exact;
-# with graphs it computes the same launches; and after 20 steps its loss is near bf16's (a
-# loose bound against a broken layer: scripts/study_fp8.sh holds the curves to 1%)
-resume_pair "" "bf16 --fp8 1" _fp8 --fp8 1
+# FP8 (bf16 build), every linear layer (--fp8-layers all: auto's choice comes from a timing,
+# which two runs need not repeat): its scales come from each step's own tensors, so a resume
+# is bit-exact; with graphs it computes the same launches; and after 20 steps its loss is near
+# bf16's (a loose bound against a broken layer: scripts/study_fp8.sh holds the curves to 1%)
+resume_pair "" "bf16 --fp8 1 --fp8-scaling current" _fp8 --fp8 1 --fp8-scaling current --fp8-layers all
 # delayed scaling: the amax histories travel in the state file, so this resume is bit-exact
 # only if they do; and graphs replay the roll of the histories as eager launches run it
-resume_pair "" "bf16 --fp8 1 --fp8-scaling delayed" _fp8d --fp8 1 --fp8-scaling delayed
+resume_pair "" "bf16 --fp8 1 --fp8-scaling delayed" _fp8d --fp8 1 --fp8-scaling delayed --fp8-layers all
 # shellcheck disable=SC2086
-run resume G_fp8d 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --fp8-scaling delayed --cuda-graph 1
+run resume G_fp8d 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --fp8-scaling delayed --cuda-graph 1 --fp8-layers all
 [ "$(steps A_fp8d | grep -c .)" = 20 ] && [ "$(steps A_fp8d)" = "$(steps G_fp8d)" ]
 verdict $? "--fp8-scaling delayed with --cuda-graph 1 and without: 20 steps bit-exact" \
     "--fp8-scaling delayed with and without graphs: steps differ: $(failed A_fp8d G_fp8d)$(diff <(steps A_fp8d) \
     <(steps G_fp8d) | head -3 | tr '\n' ' ')"
 # shellcheck disable=SC2086
-run resume G_fp8 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --cuda-graph 1
+run resume G_fp8 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --fp8-scaling current --cuda-graph 1 --fp8-layers all
 [ "$(steps A_fp8 | grep -c .)" = 20 ] && [ "$(steps A_fp8)" = "$(steps G_fp8)" ]
 verdict $? "--fp8 1 with --cuda-graph 1 and without: 20 steps bit-exact" \
     "--fp8 1 with and without graphs: steps differ: $(failed A_fp8 G_fp8)$(diff <(steps A_fp8) <(steps G_fp8) |
@@ -287,6 +288,22 @@ lf=$(col A_fp8 2 | tail -1)
 awk -v b="$lb" -v f="$lf" 'BEGIN { exit !(b > 0 && f > 0 && (f - b) / b < 0.05 && (b - f) / b < 0.05) }'
 verdict $? "--fp8 1: step 20's loss $lf, bf16's $lb (within 5%)" \
     "--fp8 1: step 20's loss ${lf:-none}, bf16's ${lb:-none}"
+# --fp8-layers auto (the default): its choice goes into the checkpoint, so the resumed run
+# (which times afresh) keeps it: 10 steps with auto, resumed to 20 with auto, against 20
+# steps with the layers it chose named explicitly, bit for bit
+resume_pair "" "bf16 --fp8 1 (auto)" _fp8a --fp8 1 --fp8-layers auto
+chosen=$(sed -n 's/^fp8 auto: FP8 in \([a-z,]*\) .*/\1/p' "$W/A_fp8a.log" | head -1)
+if [ -n "$chosen" ]; then
+    if [ "$chosen" = none ]; then ex=(--fp8 0); else ex=(--fp8 1 --fp8-layers "$chosen"); fi
+    # shellcheck disable=SC2086
+    run resume X_fp8a 120 "$BIN/train_gpt2cu" $TR $R "${ex[@]}"
+    auto=$( (steps A_fp8a | head -10; steps B_fp8a) )
+    [ "$(echo "$auto" | grep -c .)" = 20 ] && [ "$auto" = "$(steps X_fp8a)" ]
+    verdict $? "--fp8-layers auto chose $chosen; its run and resume equal ${ex[*]}'s 20 steps bit for bit" \
+        "--fp8-layers auto (chose $chosen) against ${ex[*]}: steps differ: $(failed A_fp8a B_fp8a X_fp8a)"
+else
+    fail "--fp8-layers auto: no 'fp8 auto: FP8 in ...' line in A_fp8a.log"
+fi
 fi
 
 if section "4. fp16 loss scaler"; then

@@ -19,7 +19,7 @@
 #   offload1 offload2 --offload 1, --offload 2
 #   bf16-moments      --optimizer-state bf16
 #   cuda-graph        --cuda-graph 1
-#   fp8 fp8-delayed   --fp8 1; --fp8 1 --fp8-scaling delayed
+#   fp8 fp8-delayed   --fp8 1 --fp8-layers all, --fp8-scaling current; the same, delayed
 #   zero1 zero2       2 ranks sharing the GPU (mpirun, --comm mpi), -z 1 / -z 2, -d 4096 (2
 #                     micro-steps a rank)
 #   hellaswag         -h 1 --hellaswag-file $DATA/hellaswag_like.bin (skipped without it)
@@ -287,8 +287,8 @@ mode_setup() {
     offload1 | offload2) EXTRA=(--offload "${1#offload}") ;;
     bf16-moments) EXTRA=(--optimizer-state bf16) ;;
     cuda-graph) EXTRA=(--cuda-graph 1) ;;
-    fp8) EXTRA=(--fp8 1) ;;
-    fp8-delayed) EXTRA=(--fp8 1 --fp8-scaling delayed) ;;
+    fp8) EXTRA=(--fp8 1 --fp8-scaling current --fp8-layers all) ;;
+    fp8-delayed) EXTRA=(--fp8 1 --fp8-scaling delayed --fp8-layers all) ;;
     # 4096 tokens a step: 2 micro-steps of B*T on each of 2 ranks, so that ZeRO-2 also
     # reduces gradients between micro-steps of one step
     zero1 | zero2)

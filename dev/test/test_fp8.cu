@@ -142,8 +142,8 @@ static void test_quantize() {
 }
 
 // (b) the transposing cast of a rows x cols tensor, or (ld > cols) of the first cols columns
-// of a rows x ld one
-static void check_transpose(int rows, int cols, int ld, Fp8Format f) {
+// of a rows x ld one; both: fp8_quantize_both, which writes the row-major codes as well
+static void check_transpose(int rows, int cols, int ld, Fp8Format f, bool both = false) {
     std::vector<floatX> x = randn((size_t)rows * ld, 0.05), block((size_t)rows * cols);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) block[(size_t)r * cols + c] = x[(size_t)r * ld + c];
@@ -154,35 +154,47 @@ static void check_transpose(int rows, int cols, int ld, Fp8Format f) {
     uint8_t *dq;
     float *dscale, *damax;
     cast_buffers(n, scale, &dq, &dscale, &damax);
-    if (ld == cols) fp8_quantize_transpose(dq, damax, dx, dscale, rows, cols, f, 0);
+    uint8_t *dr = NULL;  // the row-major codes of fp8_quantize_both
+    if (both) {
+        CUDA_CHECK(cudaMalloc(&dr, n + GUARD));
+        CUDA_CHECK(cudaMemset(dr, GUARD_BYTE, n + GUARD));
+    }
+    if (both) fp8_quantize_both(dr, dq, damax, dx, dscale, rows, cols, f, 0);
+    else if (ld == cols) fp8_quantize_transpose(dq, damax, dx, dscale, rows, cols, f, 0);
     else fp8_quantize_transpose_ld(dq, damax, dx, (size_t)ld, dscale, rows, cols, f, 0);
     x = block;  // the reference reads the block
-    std::vector<uint8_t> q = download(dq, n + GUARD);
+    std::vector<uint8_t> q = download(dq, n + GUARD), qr;
+    if (both) qr = download(dr, n + GUARD);
     float amax = download1(damax);
     size_t bad = 0, guard_bad = 0;
     int br = -1, bc = -1;
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            if (!code_ok(q[(size_t)c * rows + r], to_float(x[(size_t)r * cols + c]), scale, f)) {
+        for (int c = 0; c < cols; c++) {
+            float v = to_float(x[(size_t)r * cols + c]);
+            if (!code_ok(q[(size_t)c * rows + r], v, scale, f) || (both && !code_ok(qr[(size_t)r * cols + c], v, scale, f))) {
                 if (!bad++) { br = r; bc = c; }
             }
-    for (int i = 0; i < GUARD; i++) guard_bad += q[n + i] != GUARD_BYTE;
+        }
+    for (int i = 0; i < GUARD; i++) guard_bad += (q[n + i] != GUARD_BYTE) + (both && qr[n + i] != GUARD_BYTE);
     report(bad == 0 && guard_bad == 0 && amax == amax_want,
-           "transpose %4d x %-4d (ld %4d) %s: %zu of %zu codes differ, %zu guard bytes written, amax %g (want %g)",
-           rows, cols, ld, fname(f), bad, n, guard_bad, amax, amax_want);
+           "%s %4d x %-4d (ld %4d) %s: %zu of %zu codes differ, %zu guard bytes written, amax %g (want %g)",
+           both ? "both ways" : "transpose", rows, cols, ld, fname(f), bad, n, guard_bad, amax, amax_want);
     if (bad)
         printf("    first at row %d col %d: x %g -> 0x%02x, want 0x%02x\n", br, bc, to_float(x[(size_t)br * cols + bc]),
                q[(size_t)bc * rows + br], fp8_from_float(to_float(x[(size_t)br * cols + bc]) * scale, f));
-    cudaFree(dx); cudaFree(dq); cudaFree(dscale); cudaFree(damax);
+    cudaFree(dx); cudaFree(dq); cudaFree(dr); cudaFree(dscale); cudaFree(damax);
 }
 
 static void test_transpose() {
-    printf("(b) fp8_quantize_transpose against fp8.h's encoder\n");
+    printf("(b) fp8_quantize_transpose and fp8_quantize_both against fp8.h's encoder\n");
     // rows, cols, ld: whole tensors, then column blocks of wider ones (the lm_head's slices)
     const int shapes[][3] = {{512, 768, 768}, {768, 2304, 2304}, {3072, 512, 512}, {64, 64, 64}, {100, 72, 72},
                              {77, 50, 50},    {1, 8, 8},          {512, 768, 2304}, {256, 64, 50304}, {100, 40, 72}};
     for (Fp8Format f : {FP8_E4M3, FP8_E5M2})
-        for (auto &s : shapes) check_transpose(s[0], s[1], s[2], f);
+        for (auto &s : shapes) {
+            check_transpose(s[0], s[1], s[2], f);
+            if (s[1] == s[2]) check_transpose(s[0], s[1], s[2], f, true);  // both ways: whole tensors
+        }
 }
 
 // A tensor in FP8 on the device: codes (and those of its transpose), scale and dequantization factor
@@ -404,6 +416,63 @@ static void test_factor_layout() {
     cudaFree(slots);
 }
 
+// The tanh form of GELU (kernels/gelu.cuh's), in double
+static double gelu_h(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+// count of outputs over tol, and the worst err / tol, of got against want with tolerances tol
+static size_t over_tol(const std::vector<floatX> &got, const std::vector<double> &want, const std::vector<double> &tol,
+                       double *worst) {
+    size_t bad = 0;
+    *worst = 0;
+    for (size_t o = 0; o < got.size(); o++) {
+        double r = fabs(to_float(got[o]) - want[o]) / tol[o];
+        if (!(r <= 1.0)) bad++;
+        *worst = r == r && *worst == *worst ? std::max(*worst, r) : NAN;
+    }
+    return bad;
+}
+
+// (g) the GELU epilogue kernels/fp8_linear.cuh asks for in fc's forward (GELU_AUX_BIAS: D =
+// gelu(x W^T + b), aux = x W^T + b) against the double-precision product of the dequantized
+// operands. Tolerances: the product's (as check_matmul's, with fast accumulation) carried
+// through GELU (|gelu'| <= 1.13), plus half an ulp of the bf16 result. Where cuBLASLt offers
+// no such algorithm the trainer runs the GELU kernel: reported as skipped.
+static void test_gelu_epilogues() {
+    printf("(g) matmul_fp8_epi with the GELU epilogue (fc's forward)\n");
+    const int N = 512, C = 768, H = 3072;
+    const double fast_eps = ldexp(1.0, -8);
+    {  // forward, fc: (N, H) = inp (N, C) W^T (W: H x C) + bias
+        std::vector<floatX> inp = randn((size_t)N * C, 1.0), W = randn((size_t)H * C, 0.02), bias = randn(H, 0.02);
+        floatX *dinp = upload(inp), *dW = upload(W), *dbias = upload(bias), *dD, *dAux;
+        Fp8Tensor qi = make_fp8(dinp, N, C, FP8_E4M3, false), qw = make_fp8(dW, H, C, FP8_E4M3, false);
+        Ref r = reference(decoded(qw.q, (size_t)H * C, FP8_E4M3), decoded(qi.q, (size_t)N * C, FP8_E4M3), H, N, C,
+                          (double)download1(qw.deq) * download1(qi.deq), &bias, NULL);
+        CUDA_CHECK(cudaMalloc(&dD, (size_t)N * H * sizeof(floatX)));
+        CUDA_CHECK(cudaMalloc(&dAux, (size_t)N * H * sizeof(floatX)));
+        CUDA_CHECK(cudaMemset(dD, 0xFF, (size_t)N * H * sizeof(floatX)));  // NaN: unwritten outputs fail
+        CUDA_CHECK(cudaMemset(dAux, 0xFF, (size_t)N * H * sizeof(floatX)));
+        int ok = matmul_fp8_epi(dD, qw.q, FP8_E4M3, qw.deq, qi.q, FP8_E4M3, qi.deq, dbias, H, N, C, C, C, H, 0.0f, 1,
+                                CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dAux, H, 0);
+        if (!ok) {
+            printf("  fc forward, GELU_AUX_BIAS: skipped: cuBLASLt offers no algorithm for it on this GPU\n");
+        } else {
+            std::vector<double> want(r.val.size()), tol(r.val.size()), gwant(r.val.size()), gtol(r.val.size());
+            for (size_t o = 0; o < r.val.size(); o++) {
+                tol[o] = ldexp(fabs(r.val[o]), -8) + fast_eps * r.mag[o] + 1e-30;
+                gwant[o] = gelu_h(r.val[o]);
+                gtol[o] = 1.13 * tol[o] + ldexp(fabs(gwant[o]), -8) + 1e-30;
+            }
+            double w1, w2;
+            size_t b1 = over_tol(download(dAux, r.val.size()), r.val, tol, &w1);
+            size_t b2 = over_tol(download(dD, r.val.size()), gwant, gtol, &w2);
+            report(b1 == 0 && b2 == 0, "fc forward, GELU_AUX_BIAS, m=%d n=%d k=%d: aux (pre-GELU) worst err/tol %.3f, "
+                   "%zu over; out (GELU) worst err/tol %.3f, %zu over", H, N, C, w1, b1, w2, b2);
+        }
+        free_fp8(qi); free_fp8(qw);
+        cudaFree(dinp); cudaFree(dW); cudaFree(dbias); cudaFree(dD); cudaFree(dAux);
+    }
+}
+
 // (e) the scale update on the device against fp8.h on the host, bit for bit
 static void test_scale_update() {
     printf("(e) fp8_update_scale against fp8.h's recipe\n");
@@ -454,6 +523,7 @@ int main(int argc, char **argv) {
     test_scale_update();
     test_matmul();
     test_factor_layout();
+    test_gelu_epilogues();
     matmul_free();
     printf("%d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

@@ -1,0 +1,146 @@
+// gpu/fp8_auto.cuh: --fp8-layers auto (the default with --fp8 1). FP8 pays only where the
+// matmul it speeds up outweighs the casts it adds, which depends on the layer's shape and the
+// micro-batch (docs/fp8.md): so at start-up each kind of linear layer (qkv, attproj, fc,
+// fcproj, the lm_head) runs its forward and backward through the trainer's own functions at
+// the run's shapes, in FP8 with its casts and in bf16, on layer 0's buffers filled with
+// random values; the kinds FP8 makes faster run in FP8. With several ranks the times are
+// summed over the ranks first, so that every rank makes the same choice. The choice joins
+// the checkpoint (the FP8 state's site shapes), so a resume keeps it (gpu/checkpoint.cuh).
+#pragma once
+#include "model.cuh"
+#include "data_parallel.cuh"
+
+// FP8 must beat bf16 by this much: a kind within the timing's noise stays in bf16
+#define FP8_AUTO_MARGIN 0.98f
+#define FP8_AUTO_REPEATS 5
+
+// x[i] uniform in [-a, a] from a hash of i: timing data (the tensor cores draw more power on
+// random bits than on zeros, and the 700 W limit sets the clock)
+__global__ void fp8_auto_fill_kernel(floatX *x, size_t n, float a, uint32_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = (floatX)(a * ((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f));
+    }
+}
+
+static void fp8_auto_fill(floatX *x, size_t n, float a, uint32_t seed, cudaStream_t s) {
+    fp8_auto_fill_kernel<<<1024, 256, 0, s>>>(x, n, a, seed);
+    LAUNCH_CHECK();
+}
+
+// Layer 0's linear layer of this kind (the lm_head for FP8_KINDS - 1), forward then backward,
+// in FP8 at site (-1: bf16), with the model's own calls and buffers
+static void fp8_auto_layer(GPT2 *m, int kind, int site) {
+    const int C = m->config.channels, Vp = m->config.padded_vocab_size, N = m->B * m->T;
+    cudaStream_t s = m->stream;
+    Activations *a = &m->acts;
+    floatX **p = m->param;
+    float *fs = a->fscratch;
+    const BlockActs b = gpt2_block_acts(m, 0);
+    switch (kind) {
+    case SITE_QKV:
+        linear_forward(m->fp8, site, b.qkv, NULL, b.ln1, p[P_QKVW], p[P_QKVB], N, C, 3 * C, s);
+        linear_backward(m->fp8, site, a->dln, grad_at(m, P_QKVW, 0), NULL, fs, a->dqkv, b.ln1, p[P_QKVW], NULL, N,
+                        C, 3 * C, s);
+        break;
+    case SITE_ATTPROJ:
+        linear_forward(m->fp8, site, a->attproj, NULL, b.atty, p[P_ATTPROJW], p[P_ATTPROJB], N, C, C, s);
+        linear_backward(m->fp8, site, a->datty, grad_at(m, P_ATTPROJW, 0), NULL, fs, a->dresidual, b.atty,
+                        p[P_ATTPROJW], NULL, N, C, C, s);
+        break;
+    case SITE_FC:
+        linear_forward(m->fp8, site, b.fch_gelu, b.fch, b.ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, s);
+        linear_backward(m->fp8, site, a->dln, grad_at(m, P_FCW, 0), grad_at(m, P_FCB, 0), fs, a->dfch, b.ln2,
+                        p[P_FCW], NULL, N, C, 4 * C, s);
+        break;
+    case SITE_FCPROJ:
+        linear_forward(m->fp8, site, a->fcproj, NULL, b.fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C, s);
+        linear_backward(m->fp8, site, a->dfch, grad_at(m, P_FCPROJW, 0), NULL, fs, a->dresidual, b.fch_gelu,
+                        p[P_FCPROJW], b.fch, N, 4 * C, C, s);
+        break;
+    default:  // the lm_head; its backward reads the logits' gradient where the loss leaves it
+        linear_forward(m->fp8, site, a->logits, NULL, a->lnf, p[P_WTE], NULL, N, C, Vp, s);
+        linear_backward(m->fp8, site, a->dln, m->grad[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, N, C, Vp,
+                        s);
+    }
+}
+
+// ms of one run of the layer's forward and backward
+static float fp8_auto_once(GPT2 *m, int kind, int site, cudaEvent_t e0, cudaEvent_t e1) {
+    CUDA_CHECK(cudaEventRecord(e0, m->stream));
+    fp8_auto_layer(m, kind, site);
+    CUDA_CHECK(cudaEventRecord(e1, m->stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+}
+
+// The layer's forward and backward in bf16 (ms[0]) and in FP8 at site (ms[1]): the fastest of
+// FP8_AUTO_REPEATS runs each, after one of each to warm up (matmul plans, first launches),
+// the two alternating so that both see the same clock (the board slows as it heats)
+static void fp8_auto_time(GPT2 *m, int kind, int site, cudaEvent_t e0, cudaEvent_t e1, float ms[2]) {
+    fp8_auto_layer(m, kind, -1);
+    fp8_auto_layer(m, kind, site);
+    ms[0] = ms[1] = INFINITY;
+    for (int r = 0; r < FP8_AUTO_REPEATS; r++)
+        for (int i = 0; i < 2; i++) ms[i] = fminf(ms[i], fp8_auto_once(m, kind, i ? site : -1, e0, e1));
+}
+
+// Times every kind both ways (f: built with every kind in FP8, its weights cast; dp: the
+// ranks); returns the FP8_* bits of the kinds to run in FP8 and prints the table (verbose).
+// Leaves the activations and gradients with timing data: the caller zeroes the gradients.
+static int fp8_auto_choose(GPT2 *m, Fp8Layers *f, DataParallel *dp, int verbose) {
+    const size_t N = (size_t)m->B * m->T, C = m->config.channels, Vp = m->config.padded_vocab_size;
+    const BlockActs b = gpt2_block_acts(m, 0);
+    Activations *a = &m->acts;
+    cudaStream_t s = m->stream;
+    // inputs of order 1 (layernorm outputs, GELU, attention), gradients of order 1e-3
+    fp8_auto_fill(b.ln1, N * C, 1.0f, 1, s);
+    fp8_auto_fill(b.ln2, N * C, 1.0f, 2, s);
+    fp8_auto_fill(b.atty, N * C, 1.0f, 3, s);
+    fp8_auto_fill(b.fch, N * 4 * C, 1.0f, 4, s);
+    fp8_auto_fill(b.fch_gelu, N * 4 * C, 1.0f, 5, s);
+    fp8_auto_fill(a->lnf, N * C, 1.0f, 6, s);
+    fp8_auto_fill(a->dqkv, N * 3 * C, 1e-3f, 7, s);
+    fp8_auto_fill(a->dresidual, N * C, 1e-3f, 8, s);
+    fp8_auto_fill(a->dfch, N * 4 * C, 1e-3f, 9, s);
+    // delayed scaling times the casts it will run: without the amax passes
+    const int rolled = f->f8.rolled;
+    f->f8.rolled = 1;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float h[2 * FP8_KINDS], *d;
+    for (int k = 0; k < FP8_KINDS; k++) {
+        const int head = k == FP8_KINDS - 1;
+        // (the lm_head's forward writes the logits its backward reads: after the first run they
+        // are the forward's output, of the logits' order 1 rather than their gradient's; that
+        // changes the time of neither path)
+        if (head) fp8_auto_fill(a->logits, N * Vp, 1e-5f, 10, s);
+        fp8_auto_time(m, k, fp8_site(f, head ? -1 : 0, k), e0, e1, h + 2 * k);
+    }
+    f->f8.rolled = rolled;
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaMalloc(&d, sizeof h));  // every rank decides from the same sums
+    CUDA_CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    dp_allreduce_f32(dp, d, 2 * FP8_KINDS, COMM_SUM);
+    CUDA_CHECK(cudaStreamSynchronize(s));  // (the all-reduce is ordered before the stream's next work)
+    CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    cudaFree(d);
+    int mask = 0;
+    for (int k = 0; k < FP8_KINDS; k++)
+        if (h[2 * k + 1] < FP8_AUTO_MARGIN * h[2 * k]) mask |= 1 << k;
+    if (verbose) {
+        printf("fp8 auto: one layer's forward + backward at B=%d T=%d, %s scaling (ms, summed over %d rank(s)):\n",
+               m->B, m->T, f->f8.delayed ? "delayed" : "current", dp->world);
+        for (int k = 0; k < FP8_KINDS; k++)
+            printf("  %-8s bf16 %8.3f  FP8 with its casts %8.3f  (%.2fx)  %s\n", FP8_KIND_NAMES[k], h[2 * k],
+                   h[2 * k + 1], h[2 * k] / h[2 * k + 1], mask & (1 << k) ? "FP8" : "bf16");
+    }
+    return mask;
+}
