@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
     one.world = 1;
     gpu_settings_check(&gs, &one);
     if (gs.fp8_mask & FP8_LAYERS_AUTO) gs.fp8_mask = FP8_LAYERS_ALL;  // under test: every FP8 layer, not a timing's choice
+    if (gs.fp8_cast < 0) gs.fp8_cast = 0;  // --fp8-weights auto: kept at these sizes
     if (gs.fp8_mask) {  // FP8's tolerances where the command line left the build's
         if (logits_tol == build_tols[0]) logits_tol = FP8_LOGITS_TOL;
         if (loss_tol == build_tols[1]) loss_tol = FP8_LOSS_TOL;

@@ -169,9 +169,10 @@ static void print_run_start(const GpuTrainer *t, const cudaDeviceProp *prop, con
                g_tuned_shapes, g_tuned_changed);
     char kinds[64];
     if (t->fp8.on)
-        printf("fp8: %s in FP8%s (E4M3 weights and inputs, E5M2 gradients, %s scaling), their copies and buffers "
-               "%.0f MiB\n", fp8_kinds_text(t->fp8.mask, kinds, sizeof kinds), t->fp8.auto_pick ? " (auto)" : "",
-               s->fp8_delayed ? "delayed" : "current", fp8_plan_bytes(cfg, t->fp8.mask) * mib);
+        printf("fp8: %s in FP8%s (E4M3 weights and inputs, E5M2 gradients, %s scaling), weights %s, %.0f MiB\n",
+               fp8_kinds_text(t->fp8.mask, kinds, sizeof kinds), t->fp8.auto_pick ? " (auto)" : "",
+               s->fp8_delayed ? "delayed" : "current", t->fp8.cast ? "cast before each matmul" : "kept as FP8 copies",
+               fp8_plan_bytes(cfg, t->fp8.mask, t->fp8.cast) * mib);
 }
 
 // ----------------------------------------------------------------------------
@@ -326,6 +327,7 @@ int main(int argc, char **argv) {
     const int shard_rank = zl.world > 1 ? pg.rank : 0;
     const PlanInput plan = {&cfg, &s};
     const MemorySetting setting = gpu_memory_setting(&s, pg.world);
+    fp8_weights_resolve(&s, &cfg, setting);
     memory_budget_gate(&plan, setting, rank0);
     TrainData data;
     train_data_open(&data, o, cfg.vocab_size, pg.rank, pg.world);

@@ -235,11 +235,12 @@ static void bf16_layer(const Layer *l, const LayerOut *o) {
                     l->cin, l->oc, 0);
 }
 
-// The same through the FP8 functions, as linear_forward/backward call them where the layer is in FP8 (the
-// bias gradient in a pass of its own, GELU and dGELU as kernels of their own)
+// The same through the FP8 functions, as linear_forward/backward call them where the layer is in FP8 (GELU in
+// the forward's epilogue where cuBLASLt offers it, dGELU a kernel of its own; the bias gradient in the pass that
+// finds the gradient's amax under current scaling)
 static void fp8_layer(const Layer *l, int site, const LayerOut *o) {
-    fp8_linear_forward(&f8, site, o->out, l->gelu_out ? P : NULL, X, l->bias ? bias : NULL, N, 0);
-    fp8_linear_backward(&f8, site, o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, X,
+    fp8_linear_forward(&f8, site, o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, 0);
+    fp8_linear_backward(&f8, site, o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, W, X,
                         l->gelu_in ? XG : NULL, N, 0);
 }
 

@@ -17,6 +17,7 @@ typedef struct {
     int mask;       // the kinds of layer in FP8 (FP8_QKV ... FP8_HEAD): the setting's, or auto's choice
     int auto_pick;  // --fp8-layers auto: mask was chosen by timing (gpu/fp8_auto.cuh)
     int num_layers, delayed;
+    int cast;       // --fp8-weights cast: no weight copies kept, each cast just before its matmul
     void *lent[2];         // the memory the blocks' layers and the lm_head cast into (fp8_layers_lend)
     size_t lent_bytes[2];
     Fp8Linear f8;
@@ -36,13 +37,14 @@ static int fp8_site_shapes(const GPT2Config *c, int mask, int *oc, int *cc) {
     return n;
 }
 
-// device bytes of --fp8's state (0 without --fp8; auto: every kind, the most it may choose)
-static size_t fp8_plan_bytes(const GPT2Config *c, int mask) {
+// device bytes of --fp8's state (0 without --fp8; auto: every kind, the most it may choose);
+// cast: one weight buffer in place of the copies
+static size_t fp8_plan_bytes(const GPT2Config *c, int mask, int cast) {
     if (!mask) return 0;
     int *oc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
     int *cc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
     int n = fp8_site_shapes(c, mask, oc, cc);
-    size_t b = fp8_linear_bytes(n, oc, cc, 0);  // (buffers: lent, fp8_layers_lend)
+    size_t b = fp8_linear_bytes(n, oc, cc, 0, cast);  // (buffers: lent, fp8_layers_lend)
     free(oc);
     free(cc);
     return b;
@@ -56,7 +58,7 @@ static void fp8_layers_build(Fp8Layers *f, const GPT2Config *c, int mask) {
     int n = SITES_PER_LAYER * c->num_layers + 1, *oc = (int *)xmalloc(n * sizeof(int));
     int *cc = (int *)xmalloc(n * sizeof(int));
     fp8_site_shapes(c, mask, oc, cc);
-    fp8_linear_init(&f->f8, n, oc, cc, 0, f->delayed);
+    fp8_linear_init(&f->f8, n, oc, cc, 0, f->delayed, f->cast);
     for (int r = 0; r < 2; r++)
         if (f->lent[r]) fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], SITES_PER_LAYER * c->num_layers, !r);
     free(oc);
@@ -64,9 +66,10 @@ static void fp8_layers_build(Fp8Layers *f, const GPT2Config *c, int mask) {
 }
 
 // The FP8 state of the settings' layers (mask: s->fp8_mask, 0 without --fp8; auto: every kind
-// until fp8_auto_choose has chosen)
-static void fp8_layers_init(Fp8Layers *f, const GPT2Config *c, int mask, int delayed) {
+// until fp8_auto_choose has chosen); delayed: delayed scaling; cast: weights cast per matmul
+static void fp8_layers_init(Fp8Layers *f, const GPT2Config *c, int mask, int delayed, int cast) {
     memset(f, 0, sizeof *f);
+    f->cast = cast > 0;
     f->on = mask != 0;
     f->auto_pick = (mask & FP8_LAYERS_AUTO) != 0;
     f->num_layers = c->num_layers;
@@ -146,7 +149,7 @@ static void fp8_layers_cast_weights(Fp8Layers *f, const GPT2Config *c, floatX *c
 static void linear_forward(Fp8Layers *f, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
                            const floatX *weight, const floatX *bias, int N, int C, int OC, cudaStream_t s) {
     if (site >= 0 && fp8_linear_fits(&f->f8, site, N))
-        fp8_linear_forward(&f->f8, site, out, pre_gelu, inp, bias, N, s);
+        fp8_linear_forward(&f->f8, site, out, pre_gelu, inp, weight, bias, N, s);
     else
         matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, s);
 }
@@ -155,7 +158,7 @@ static void linear_backward(Fp8Layers *f, int site, floatX *dinp, floatX *dweigh
                             const floatX *dout, const floatX *inp, const floatX *weight, const floatX *pre_gelu, int N,
                             int C, int OC, cudaStream_t s) {
     if (site >= 0 && fp8_linear_fits(&f->f8, site, N)) {
-        fp8_linear_backward(&f->f8, site, dinp, dweight, dbias, scratch, dout, inp, pre_gelu, N, s);
+        fp8_linear_backward(&f->f8, site, dinp, dweight, dbias, scratch, dout, weight, inp, pre_gelu, N, s);
     } else {
         matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, s);
     }

@@ -33,12 +33,14 @@ typedef struct {
     int master_weights;  // fp32 master weights (bf16/fp16 builds)
     int zero_stage;      // 0, 1, 2; 0 whenever there is one rank (gpu_settings_check)
     int fuse_gelu, profile, prefetch, tf32, log_gpu, offload, cuda_graph, fp8, deterministic;
-    const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling;
+    const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling, *fp8_weights;
     // derived from the options by gpu_settings_check
     int backend;              // COMM_BACKEND_*
     int moments_bf16;         // AdamW's moments in bf16
     int fp8_mask;             // FP8_LAYERS_* (0: no FP8)
     int fp8_delayed;          // FP8's delayed scaling (0: current)
+    int fp8_cast;             // FP8's weights cast before each matmul, no copies kept (-1: auto, resolved by
+                              // fp8_weights_resolve)
     size_t max_memory_bytes;  // --max-device-memory (0: no budget)
 } GpuSettings;
 
@@ -60,6 +62,7 @@ static void gpu_settings_defaults(GpuSettings *s) {
     s->optimizer_state = "fp32";
     s->fp8_layers = "auto";
     s->fp8_scaling = "delayed";
+    s->fp8_weights = "auto";
 }
 
 // The options that shape the model and its update: test_gpt2cu takes these; the trainer
@@ -105,6 +108,11 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
              "with --fp8 1, the inputs' and gradients' scales: delayed (the last 16 steps' amaxes over all ranks, "
              "kept in the checkpoint; the casts record them as they go) or current (each tensor's own amax, one "
              "more pass over it)");
+    args_add(t, NULL, "--fp8-weights", ARG_STRING, &s->fp8_weights,
+             "with --fp8 1, the weights' FP8 codes: kept (W and W^T of every FP8 layer, cast after each update: "
+             "2 bytes a parameter), cast (each layer's cast just before its matmul into one reused buffer: "
+             "no copies between steps, a cast per matmul), or auto (kept while they take at most 2% of the run's "
+             "planned device memory, else cast)");
     args_add(t, NULL, "--deterministic", ARG_SWITCH, &s->deterministic,
              "1: bitwise-reproducible runs (fixed summation order everywhere), 0: matmul algorithms picked by "
              "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size 128, "
@@ -173,6 +181,14 @@ static int fp8_delayed_arg(const char *text) {
     return strcmp(text, "delayed") == 0;
 }
 
+// --fp8-weights: 0 kept, 1 cast, -1 auto
+static int fp8_cast_arg(const char *text) {
+    if (!strcmp(text, "kept")) return 0;
+    if (!strcmp(text, "cast")) return 1;
+    if (!strcmp(text, "auto")) return -1;
+    fatal("--fp8-weights must be kept, cast or auto, got '%s'", text);
+}
+
 // --optimizer-state: 1 for bf16 moments, 0 for fp32
 static int moments_bf16_arg(const char *text) {
     if (strcmp(text, "fp32") != 0 && strcmp(text, "bf16") != 0)
@@ -210,6 +226,7 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
               "or the other");
     s->fp8_mask = fp8_layers_arg(s->fp8, s->fp8_layers);
     s->fp8_delayed = fp8_delayed_arg(s->fp8_scaling);
+    s->fp8_cast = fp8_cast_arg(s->fp8_weights);
     if (s->cuda_graph && pg->world > 1)
         fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
               "--cuda-graph 0", pg->world);

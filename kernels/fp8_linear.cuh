@@ -48,7 +48,9 @@ typedef struct {
     int nsites;
     int *oc, *c;        // host: each site's weight shape (OC x C)
     size_t *w_off;      // host: each site's weight codes in `weights` (then its transpose)
-    uint8_t *weights;   // device: per site W (OC x C) then W^T (C x OC), E4M3
+    uint8_t *weights;   // device: per site W (OC x C) then W^T (C x OC), E4M3 (cast: none)
+    int cast;           // 1: no copies kept; each matmul casts its W or W^T into wbuf just before it
+    uint8_t *wbuf;      // device (cast): one weight's codes, the largest site's OC x C
     float *scalars;     // device: [site][operand][slot]
     uint8_t *buf[3];    // device: codes of one operand chunk each (cap 0: none; the sites use lent ones)
     size_t cap;         // bytes of each buffer
@@ -60,15 +62,21 @@ typedef struct {
 // bytes of a site's two weight copies, rounded up so that every site's start 256-byte aligned
 static size_t fp8_site_bytes(int oc, int c) { return (2 * (size_t)oc * c + 255) / 256 * 256; }
 
-// device bytes of the FP8 state for sites of these shapes and buffers of cap bytes
-static size_t fp8_linear_bytes(int nsites, const int *oc, const int *c, size_t cap) {
+// device bytes of the FP8 state for sites of these shapes and buffers of cap bytes; cast: one
+// weight buffer instead of every site's two copies
+static size_t fp8_linear_bytes(int nsites, const int *oc, const int *c, size_t cap, int cast = 0) {
     size_t w = 0;
-    for (int i = 0; i < nsites; i++) w += fp8_site_bytes(oc[i], c[i]);
+    for (int i = 0; i < nsites; i++) {
+        size_t b = fp8_site_bytes(oc[i], c[i]);
+        w = cast ? (b / 2 > w ? b / 2 : w) : w + b;
+    }
     return w + 3 * cap + (size_t)nsites * (FP8_OPS * FP8_SLOTS + 2 * FP8_HISTORY) * sizeof(float) + sizeof(int);
 }
 
-static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *c, size_t cap, int delayed) {
+static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *c, size_t cap, int delayed,
+                            int cast = 0) {
     f->delayed = delayed;
+    f->cast = cast;
     f->rolled = f->record = 0;
     CUDA_CHECK(cudaMalloc(&f->hist, (size_t)nsites * 2 * FP8_HISTORY * sizeof(float)));
     CUDA_CHECK(cudaMemset(f->hist, 0, (size_t)nsites * 2 * FP8_HISTORY * sizeof(float)));
@@ -85,8 +93,14 @@ static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *
         f->w_off[i] = w;
         w += fp8_site_bytes(oc[i], c[i]);
     }
-    f->weights = NULL;
-    if (w) CUDA_CHECK(cudaMalloc(&f->weights, w));
+    f->weights = f->wbuf = NULL;
+    if (cast) {
+        size_t most = 0;
+        for (int i = 0; i < nsites; i++) most = (size_t)oc[i] * c[i] > most ? (size_t)oc[i] * c[i] : most;
+        if (most) CUDA_CHECK(cudaMalloc(&f->wbuf, most));
+    } else if (w) {
+        CUDA_CHECK(cudaMalloc(&f->weights, w));
+    }
     size_t ns = (size_t)nsites * FP8_OPS * FP8_SLOTS;
     float *h = (float *)xmalloc(ns * sizeof(float));
     for (size_t i = 0; i < ns; i++) h[i] = i % FP8_SLOTS == FP8_AMAX ? 0.0f : 1.0f;  // scale 1 until an amax
@@ -102,6 +116,7 @@ static void fp8_linear_init(Fp8Linear *f, int nsites, const int *oc, const int *
 static void fp8_linear_free(Fp8Linear *f) {
     if (!f->nsites) return;
     cudaFree(f->weights);
+    cudaFree(f->wbuf);
     cudaFree(f->scalars);
     cudaFree(f->hist);
     cudaFree(f->pos);
@@ -249,12 +264,27 @@ static int fp8_linear_fits(const Fp8Linear *f, int site, int N) {
 }
 
 // The site's weight W (OC x C, bf16) to its FP8 copies, after every change of the weights
+// (cast: its scale only; the matmuls cast it with that scale, fp8_weight_codes)
 static void fp8_linear_weight(Fp8Linear *f, int site, const floatX *W, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
-    uint8_t *w = f->weights + f->w_off[site], *wt = w + (size_t)OC * C;
     const float *scale = fp8_slot(f, site, FP8_OP_W, FP8_SCALE);
     fp8_scale_for(f, site, FP8_OP_W, W, (size_t)OC * C, FP8_E4M3, s);
+    if (f->cast) return;
+    uint8_t *w = f->weights + f->w_off[site], *wt = w + (size_t)OC * C;
     fp8_quantize_both(w, wt, NULL, W, scale, OC, C, FP8_E4M3, s);
+}
+
+// The codes of W (OC x C codes, transposed: W^T, C x OC) for the matmul about to run: the kept
+// copy, or (cast) W cast now into the one weight buffer with the scale of the last update,
+// which gives the kept copy's codes exactly
+static const uint8_t *fp8_weight_codes(const Fp8Linear *f, int site, const floatX *W, int transposed,
+                                       cudaStream_t s) {
+    const int OC = f->oc[site], C = f->c[site];
+    if (!f->cast) return f->weights + f->w_off[site] + (transposed ? (size_t)OC * C : 0);
+    const float *scale = fp8_slot(f, site, FP8_OP_W, FP8_SCALE);
+    if (transposed) fp8_quantize_transpose(f->wbuf, NULL, W, scale, OC, C, FP8_E4M3, s);
+    else fp8_quantize(f->wbuf, NULL, W, scale, (size_t)OC * C, FP8_E4M3, s);
+    return f->wbuf;
 }
 
 // Said once: cuBLASLt offers no FP8 matmul with the GELU epilogue here (the separate kernel runs)
@@ -263,11 +293,12 @@ static void fp8_gelu_not_fused(void) {
     if (!said++) fprintf(stderr, "note: cuBLASLt offers no FP8 matmul with a GELU epilogue; using the GELU kernel\n");
 }
 
-// out (N, OC) = inp (N, C) W^T + bias [GELU: pre_gelu = that, out = gelu(pre_gelu)]
+// out (N, OC) = inp (N, C) W^T + bias [GELU: pre_gelu = that, out = gelu(pre_gelu)]; W: the bf16
+// weight (read only with f->cast)
 static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
-                               const floatX *bias, int N, cudaStream_t s) {
+                               const floatX *W, const floatX *bias, int N, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
-    const uint8_t *w = f->weights + f->w_off[site];
+    const uint8_t *w = fp8_weight_codes(f, site, W, 0, s);
     float *amax = fp8_operand_scale(f, site, FP8_OP_X, inp, (size_t)N * C, FP8_E4M3, s);
     const int fuse = pre_gelu && g_fuse_gelu;  // GELU in the epilogue, as the bf16 forward
     int fused = fuse;
@@ -342,10 +373,10 @@ static void fp8_dinp(floatX *dinp, const uint8_t *wt, const float *w_deq, const 
 // pass that finds dout's amax where the gradient scales itself.
 // inp must be the tensor of the site's last forward (its scale is that forward's).
 static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
-                                const floatX *dout,
+                                const floatX *dout, const floatX *W,
                                 const floatX *inp, const floatX *pre_gelu, int N, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
-    const uint8_t *wt = f->weights + f->w_off[site] + (size_t)OC * C;
+    const uint8_t *wt = fp8_weight_codes(f, site, W, 1, s);
     const float *g_scale = fp8_slot(f, site, FP8_OP_G, FP8_SCALE), *x_scale = fp8_slot(f, site, FP8_OP_X, FP8_SCALE);
     const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *g_deq = fp8_slot(f, site, FP8_OP_G, FP8_DEQ);
     const float *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);

@@ -283,6 +283,14 @@ run resume G_fp8 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --fp8-scaling current --
 verdict $? "--fp8 1 with --cuda-graph 1 and without: 20 steps bit-exact" \
     "--fp8 1 with and without graphs: steps differ: $(failed A_fp8 G_fp8)$(diff <(steps A_fp8) <(steps G_fp8) |
     head -3 | tr '\n' ' ')"
+# --fp8-weights cast (no copies kept, each weight cast before its matmul with the scale of
+# the last update) gives the kept copies' codes, so the same 20 steps bit for bit
+# shellcheck disable=SC2086
+run resume W_fp8d 120 "$BIN/train_gpt2cu" $TR $R --fp8 1 --fp8-scaling delayed --fp8-layers all --fp8-weights cast
+[ "$(steps A_fp8d | grep -c .)" = 20 ] && [ "$(steps A_fp8d)" = "$(steps W_fp8d)" ]
+verdict $? "--fp8-weights cast and kept: 20 steps bit-exact" \
+    "--fp8-weights cast against kept: steps differ: $(failed A_fp8d W_fp8d)$(diff <(steps A_fp8d) <(steps W_fp8d) |
+    head -3 | tr '\n' ' ')"
 lb=$(col A 2 | tail -1)
 lf=$(col A_fp8 2 | tail -1)
 awk -v b="$lb" -v f="$lf" 'BEGIN { exit !(b > 0 && f > 0 && (f - b) / b < 0.05 && (b - f) / b < 0.05) }'
