@@ -472,9 +472,10 @@ int main(int argc, char **argv) {
     printf("\n2. each layer whole, forward and backward, through the trainer's functions\n");
     printf("bf16: matmul_forward + matmul_backward (GELU fused into fc's forward, dGELU into fcproj's dinp where\n"
            "  cuBLASLt offers them); fp8: fp8_linear_forward + fp8_linear_backward on the trainer's buffers (their\n"
-           "  casts, chunks and slices as above; GELU and dGELU as kernels of their own), current scaling, and\n"
-           "  fp8d: delayed scaling with a history (no amax passes). Both: the layer's bias; fc's bias gradient (a\n"
-           "  bf16 pass, the same in both). Not in: the weights' casts (once per update, below)\n");
+           "  casts as the trainer runs them: g once for both its copies; GELU in fc's forward epilogue where\n"
+           "  cuBLASLt offers it, dGELU a kernel), current scaling, and fp8d: delayed scaling with a history (no\n"
+           "  amax passes). Both: the layer's bias; fc's bias gradient (a bf16 pass; under current scaling it\n"
+           "  also finds g's amax). Not in: the weights' casts (once per update, below)\n");
     printf("ms: median of %d calls; J: per call over ~%.1f s of calls; speed: bf16_ms / fp8_ms; energy: fp8_J /\n"
            "  bf16_J; err%%: max |fp8 - bf16| / max |bf16| of the output, dinp and dweight (current scaling)\n",
            REPS, SUSTAIN_LAYER_MS / 1e3);

@@ -4,14 +4,15 @@
 # dist/gpu/bin) and the Tiny Shakespeare shards in $DATA (default dist/gpu/data):
 #   1. test_gpt2cu in bf16, fp32 and fp16 against fresh PyTorch references (dev/gpt2_ref.py)
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
-#      each in bf16 and fp16; --fp8 1 at each in bf16 (delayed scaling at d12); --cuda-graph 1,
+#      each in bf16 and fp16; --fp8 1 at each in bf16 (current scaling; delayed at d12); --cuda-graph 1,
 #      --offload 1 (bf16 moments), --offload 2 at d12; -r 1 and -r 2 --fuse-gelu 0 at d12 (not
 #      QUICK); test_fp8 (the FP8 casts and matmuls)
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
 #   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1, with --fp8 1), a run repeated
 #      bit for bit, --prefetch 0 against 1, --offload 1 and 2 and --cuda-graph 1 against 0
 #      (bf16, fp16, fp32), --fp8 1 with graphs against without (both scalings), a resume
-#      with delayed scaling, FP8's loss near bf16's
+#      with delayed scaling, --fp8-weights cast against kept, FP8's loss near bf16's,
+#      --fp8-layers auto's run and resume against the layers it chose
 #   4. the fp16 loss scaler in training: forced overflows skip their step and halve the
 #      scale, clean steps double it, and both survive a resume
 #   5. the collectives: test_comm over NCCL at one rank, over MPI at two ranks on this GPU

@@ -142,12 +142,22 @@ if [ -x ./train_gpt2cu ]; then
         -d 524288 --offload 2 --max-device-memory 13.75G
     expect_error "--cuda-graph out of range" "--cuda-graph must be 0 or 1" $SMALL --cuda-graph 2
     expect_error "--fp8 out of range" "--fp8 must be 0 or 1" $SMALL --fp8 2
-    expect_error "--fp8-layers unknown" "--fp8-layers must be all, blocks or head, got 'mlp'" $SMALL --fp8 1 \
+    expect_error "--fp8-layers unknown" "--fp8-layers must be all, blocks, head, auto or a comma list of qkv, attproj, fc, fcproj and head, got 'mlp'" $SMALL --fp8 1 \
         --fp8-layers mlp
+    expect_error "--fp8-layers list with an unknown kind" "got 'qkv,mlp'" $SMALL --fp8 1 --fp8-layers qkv,mlp
+    expect_error "--fp8-layers list ending in a comma" "got 'qkv,'" $SMALL --fp8 1 --fp8-layers qkv,
     expect_error "--fp8-scaling unknown" "--fp8-scaling must be current or delayed" $SMALL --fp8 1 --fp8-scaling late
-    # FP8 adds its weight copies (2 bytes a matmul weight) and three operand buffers to the plan
-    expect_error "--fp8 1 counts its copies and buffers" "this run needs 23.83 GiB" -e d12 -b 64 -t 1024 \
+    expect_error "--fp8-weights unknown" "--fp8-weights must be kept, cast or auto, got 'some'" $SMALL --fp8 1 \
+        --fp8-weights some
+    # FP8 adds its weight copies (2 bytes a matmul weight; its operand buffers are lent memory):
+    # at d12 B=64 they are 1% of the plan, so --fp8-weights auto keeps them
+    expect_error "--fp8 1 counts its weight copies" "this run needs 23.69 GiB" -e d12 -b 64 -t 1024 \
         -d 524288 --fp8 1 --max-device-memory 23.5G
+    # at d48 B=8 they would be 7%: auto casts the weights per matmul (one buffer), kept plans them all
+    expect_error "--fp8-weights kept at d48 plans every copy" "this run needs 41.66 GiB" -e d48 -b 8 -t 1024 \
+        -d 8192 --fp8 1 --fp8-weights kept --max-device-memory 40G
+    expect_error "--fp8-weights auto at d48 casts" "this run needs 38.84 GiB" -e d48 -b 8 -t 1024 \
+        -d 8192 --fp8 1 --max-device-memory 38.8G
     expect_error "--cuda-graph with --profile" "use one or the other" $SMALL --cuda-graph 1 --profile 1
     expect_error "13 GiB: whole-block recomputation keeps B=64" "-r 3: 12.09 GiB" -e d12 -b 64 -t 1024 -d 524288 \
         --max-device-memory 13G
