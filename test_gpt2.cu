@@ -118,18 +118,16 @@ int main(int argc, char **argv) {
     // fp16: a fixed loss scale for the test (gradients are divided by it before comparing)
     if (PRECISION == PRECISION_FP16) t.scaler.scale = 1024.0f;
     const GPT2Config *c = &model->config;
+    char kinds[64];
     printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s, "
-           "%s moments%s%s%s\n",
+           "%s moments%s%s%s%s\n",
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, gs.recompute,
            g_fuse_gelu ? "fused" : "separate", gs.flash ? "flash" : "plain",
            gs.flash && !gs.deterministic ? " (atomic-dq backward)" : "", gs.moments_bf16 ? "bf16" : "fp32",
            gs.offload == OFFLOAD_STAGED ? ", optimizer state in host memory (staged)"
            : gs.offload                 ? ", optimizer state in host memory (mapped)"
                                         : "", gs.cuda_graph ? ", micro-steps and updates from CUDA graphs" : "",
-           gs.fp8_mask == FP8_LAYERS_ALL      ? ", FP8 linear layers"
-           : gs.fp8_mask == FP8_LAYERS_BLOCKS ? ", FP8 in the blocks"
-           : gs.fp8_mask == FP8_LAYERS_HEAD   ? ", FP8 lm_head"
-                                              : "");
+           gs.fp8_mask ? ", FP8 in " : "", gs.fp8_mask ? fp8_kinds_text(gs.fp8_mask, kinds, sizeof kinds) : "");
     int failures = 0, checks = 0;
     cudaStream_t s = model->stream;
 

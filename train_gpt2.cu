@@ -172,7 +172,7 @@ static void print_run_start(const GpuTrainer *t, const cudaDeviceProp *prop, con
         printf("fp8: %s in FP8%s (E4M3 weights and inputs, E5M2 gradients, %s scaling), weights %s, %.0f MiB\n",
                fp8_kinds_text(t->fp8.mask, kinds, sizeof kinds), t->fp8.auto_pick ? " (auto)" : "",
                s->fp8_delayed ? "delayed" : "current", t->fp8.cast ? "cast before each matmul" : "kept as FP8 copies",
-               fp8_plan_bytes(cfg, t->fp8.mask, t->fp8.cast) * mib);
+               fp8_plan_bytes(cfg, t->fp8.mask, t->fp8.cast, (size_t)o->B * o->T) * mib);
 }
 
 // ----------------------------------------------------------------------------

@@ -417,7 +417,7 @@ static inline void debug_state_free(DebugState *d) {
 //   [64]=updates skipped in all (AdamW's step count is the step less these)
 //   [65..66]=values held in the loss and gradient-norm windows of -sl / -sg (common/outlier.h)
 //   [67..68]=bytes of metrics.jsonl at this step (int64)
-//   [69]=floats of the FP8 scaling state at the end (version 3; 0 without --fp8 delayed scaling)
+//   [69]=floats of the FP8 state at the end (version 3; 0 without --fp8)
 //   [250..251]=checksum tag and CRC-32C (files without the tag: [13..31] unrecorded)
 // then m[n], v[n] (fp32 AdamW moments), if has_master master[n] (fp32 weights), from
 // version 2 the two windows, OUTLIER_WINDOW floats each (loss, then norm; oldest first),

@@ -18,6 +18,7 @@ typedef struct {
     int auto_pick;  // --fp8-layers auto: mask was chosen by timing (gpu/fp8_auto.cuh)
     int num_layers, delayed;
     int cast;       // --fp8-weights cast: no weight copies kept, each cast just before its matmul
+    size_t N;       // rows of a micro-batch at most
     void *lent[2];         // the memory the blocks' layers and the lm_head cast into (fp8_layers_lend)
     size_t lent_bytes[2];
     Fp8Linear f8;
@@ -37,14 +38,22 @@ static int fp8_site_shapes(const GPT2Config *c, int mask, int *oc, int *cc) {
     return n;
 }
 
-// device bytes of --fp8's state (0 without --fp8; auto: every kind, the most it may choose);
-// cast: one weight buffer in place of the copies
-static size_t fp8_plan_bytes(const GPT2Config *c, int mask, int cast) {
+// bytes of each of the lm_head's own operand buffers at micro-batches of N rows: none where
+// the memory it borrows (the MLP gradient's, 8 N C bytes in three) holds 64 rows of its
+// gradient (N x Vp), else 64 rows of it, so that no chunk is too thin
+static size_t fp8_head_buffer_bytes(const GPT2Config *c, size_t N) {
+    const size_t rows = (size_t)64 * c->padded_vocab_size;
+    return 8 * N * c->channels / 3 >= rows ? 0 : rows;
+}
+
+// device bytes of --fp8's state at micro-batches of N rows (0 without --fp8; auto: every
+// kind, the most it may choose); cast: one weight buffer in place of the copies
+static size_t fp8_plan_bytes(const GPT2Config *c, int mask, int cast, size_t N) {
     if (!mask) return 0;
     int *oc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
     int *cc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
     int n = fp8_site_shapes(c, mask, oc, cc);
-    size_t b = fp8_linear_bytes(n, oc, cc, 0, cast);  // (buffers: lent, fp8_layers_lend)
+    size_t b = fp8_linear_bytes(n, oc, cc, mask & (FP8_HEAD | FP8_LAYERS_AUTO) ? fp8_head_buffer_bytes(c, N) : 0, cast);
     free(oc);
     free(cc);
     return b;
@@ -58,7 +67,7 @@ static void fp8_layers_build(Fp8Layers *f, const GPT2Config *c, int mask) {
     int n = SITES_PER_LAYER * c->num_layers + 1, *oc = (int *)xmalloc(n * sizeof(int));
     int *cc = (int *)xmalloc(n * sizeof(int));
     fp8_site_shapes(c, mask, oc, cc);
-    fp8_linear_init(&f->f8, n, oc, cc, 0, f->delayed, f->cast);
+    fp8_linear_init(&f->f8, n, oc, cc, mask & FP8_HEAD ? fp8_head_buffer_bytes(c, f->N) : 0, f->delayed, f->cast);
     for (int r = 0; r < 2; r++)
         if (f->lent[r]) fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], SITES_PER_LAYER * c->num_layers, !r);
     free(oc);
@@ -66,15 +75,17 @@ static void fp8_layers_build(Fp8Layers *f, const GPT2Config *c, int mask) {
 }
 
 // The FP8 state of the settings' layers (mask: s->fp8_mask, 0 without --fp8; auto: every kind
-// until fp8_auto_choose has chosen); delayed: delayed scaling; cast: weights cast per matmul
-static void fp8_layers_init(Fp8Layers *f, const GPT2Config *c, int mask, int delayed, int cast) {
+// until fp8_auto_choose has chosen) for micro-batches of up to N rows; delayed: delayed
+// scaling; cast: weights cast per matmul. Built by fp8_layers_lend, which gives it its memory.
+static void fp8_layers_init(Fp8Layers *f, const GPT2Config *c, int mask, int delayed, int cast, size_t N) {
     memset(f, 0, sizeof *f);
     f->cast = cast > 0;
+    f->N = N;
     f->on = mask != 0;
     f->auto_pick = (mask & FP8_LAYERS_AUTO) != 0;
     f->num_layers = c->num_layers;
     f->delayed = delayed;
-    if (f->on) fp8_layers_build(f, c, f->auto_pick ? FP8_LAYERS_ALL : mask);
+    f->mask = f->auto_pick ? FP8_LAYERS_ALL : mask;
 }
 
 static void fp8_layers_free(Fp8Layers *f) {
@@ -82,18 +93,19 @@ static void fp8_layers_free(Fp8Layers *f) {
     memset(f, 0, sizeof *f);
 }
 
-// The FP8 layers need no buffers of their own. The blocks' layers cast their operands into
-// the logits' memory (logits_bytes): no block runs between the lm_head's forward, which
-// writes the logits, and its backward, which reads their gradient; it holds every operand of
-// a block whole (12 N C bytes against the logits' 2 N Vp). The lm_head casts into the MLP
-// gradient's scratch (dfch, 8 N C bytes), which only the blocks' backward uses.
-static void fp8_layers_lend(Fp8Layers *f, void *logits, size_t logits_bytes, void *dfch, size_t dfch_bytes) {
+// The FP8 layers borrow their operand buffers, and are built here. The blocks' layers cast
+// their operands into the logits' memory (logits_bytes): no block runs between the lm_head's
+// forward, which writes the logits, and its backward, which reads their gradient; it holds
+// every operand of a block whole (12 N C bytes against the logits' 2 N Vp). The lm_head casts
+// into the MLP gradient's scratch (dfch, 8 N C bytes), which only the blocks' backward uses
+// (with buffers of its own where that is under 64 rows of its gradient: small micro-batches).
+static void fp8_layers_lend(Fp8Layers *f, const GPT2Config *c, void *logits, size_t logits_bytes, void *dfch,
+                            size_t dfch_bytes) {
     f->lent[0] = logits;
     f->lent_bytes[0] = logits_bytes;
     f->lent[1] = dfch;
     f->lent_bytes[1] = dfch_bytes;
-    for (int r = 0; r < 2 && f->on; r++)
-        fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], SITES_PER_LAYER * f->num_layers, !r);
+    if (f->on) fp8_layers_build(f, c, f->mask);
 }
 
 // The kinds of layer (FP8_* bits) a checkpoint's FP8 state (fp8_linear_state_get's floats,

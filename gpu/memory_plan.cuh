@@ -58,7 +58,7 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     size_t bytes[ACT_COUNT];
     activation_sizes(&a, bytes);
     for (int i = 0; i < ACT_COUNT; i++) (ACT_BUFFERS[i].kind == ACT_SCRATCH ? d.scratch : d.acts) += bytes[i];
-    d.scratch += fp8_plan_bytes(c, s->fp8_mask, s->fp8_cast > 0);
+    d.scratch += fp8_plan_bytes(c, s->fp8_mask, s->fp8_cast > 0, (size_t)m.B * m.T);
     d.other = batch_ints(m.B, m.T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
               DEVICE_RESERVE_BYTES + (m.ranks > 1 ? COMM_RESERVE_BYTES : 0) +
               (m.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0) +
@@ -88,7 +88,8 @@ static void fp8_weights_resolve(GpuSettings *s, const GPT2Config *c, MemorySetti
     s->fp8_cast = 1;
     const PlanInput in = {c, s};
     const size_t total = device_plan_bytes(&in, m);
-    const size_t copies = fp8_plan_bytes(c, s->fp8_mask, 0) - fp8_plan_bytes(c, s->fp8_mask, 1);
+    const size_t N = (size_t)m.B * m.T;
+    const size_t copies = fp8_plan_bytes(c, s->fp8_mask, 0, N) - fp8_plan_bytes(c, s->fp8_mask, 1, N);
     s->fp8_cast = total != SIZE_MAX && copies > total / 50;
 }
 
@@ -132,7 +133,7 @@ static void print_memory(const GPT2 *model, const Optimizer *o, const Fp8Layers 
     const size_t grad_bytes = model->grad_elems * sizeof(floatX) + (o->gshard ? ns * sizeof(floatX) : 0);
     const size_t moments = 2 * adamw_moment_bytes(o->moments_bf16);
     const size_t opt_bytes = optimizer_state_bytes(ns, o->master != NULL, o->moments_bf16);
-    const size_t scratch = model->scratch_bytes + fp8_plan_bytes(&model->config, fp8->mask, fp8->cast);
+    const size_t scratch = model->scratch_bytes + fp8_plan_bytes(&model->config, fp8->mask, fp8->cast, (size_t)model->B * model->T);
     printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s%s), "
            "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
            np * sizeof(floatX) * mib, grad_bytes * mib, o->master ? ns * 4 * mib : 0.0, ns * moments * mib,
@@ -186,8 +187,8 @@ static void memory_trace_list(MemoryTrace *m, const GpuTrainer *t) {
     for (int i = 0; i < ACT_COUNT; i++)
         memory_trace_add_layers(m, ACT_BUFFERS[i].name, ACT_BUFFERS[i].kind == ACT_KEPT ? MEM_ACTS_KEPT : MEM_SCRATCH,
                                 bytes[i], copies[i], g->config.num_layers);
-    memory_trace_add(m, "FP8 weight copies and operand buffers", MEM_FP8, -1,
-                     fp8_plan_bytes(&g->config, t->fp8.mask, t->fp8.cast));
+    memory_trace_add(m, "FP8 weight codes and scales", MEM_FP8, -1,
+                     fp8_plan_bytes(&g->config, t->fp8.mask, t->fp8.cast, (size_t)g->B * g->T));
     memory_trace_add(m, "micro-batch", MEM_STAGING, -1, batch_ints(g->B, g->T) * sizeof(int));
     memory_trace_add(m, "step scalars", MEM_SCRATCH, -1, INFO_SLOTS * sizeof(float) + sizeof(AdamWStep));
     memory_trace_add(m, "cuBLAS workspace", MEM_SCRATCH, -1, CUBLASLT_WORKSPACE_BYTES);

@@ -42,7 +42,7 @@ typedef struct {
     Activations acts;
     size_t act_bytes, scratch_bytes;  // kept for the backward, and scratch
     int B, T, recompute, flash;       // the micro-batch capacity, -r, flash attention
-    Fp8Layers *fp8;                   // the linear layers' FP8 state (mask 0: none in FP8)
+    Fp8Layers *fp8;                   // the linear layers' FP8 state (on 0: none in FP8)
     int num_sms;
     cudaStream_t stream;
 } GPT2;
@@ -172,7 +172,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     ActShape a = gpt2_act_shape(cfg, s, m->num_sms);
     activations_alloc(&m->acts, &a, &m->act_bytes, &m->scratch_bytes);
     const size_t N = (size_t)m->B * m->T;
-    if (fp8) fp8_layers_lend(fp8, m->acts.logits, N * cfg->padded_vocab_size * sizeof(floatX), m->acts.dfch,
+    if (fp8) fp8_layers_lend(fp8, cfg, m->acts.logits, N * cfg->padded_vocab_size * sizeof(floatX), m->acts.dfch,
                              N * 4 * cfg->channels * sizeof(floatX));
     CUDA_CHECK(cudaDeviceSynchronize());
 }

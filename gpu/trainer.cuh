@@ -37,12 +37,18 @@ typedef struct {
 static void trainer_fp8_auto(GpuTrainer *t) {
     GPT2 *m = &t->model;
     fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);
+    // the linear layers' shapes are first met here: with --deterministic 0 they are tuned here
+    // (matmul plans are made once a shape), so that the timing compares what training runs
+    g_matmul_tune = !t->s.deterministic;
     const int mask = fp8_auto_choose(m, &t->fp8, &t->dp, t->dp.rank == 0);
+    g_matmul_tune = 0;
     gpt2_zero_grad(m);
     fp8_layers_build(&t->fp8, &m->config, mask);
     char text[64];
-    if (t->dp.rank == 0) printf("fp8 auto: FP8 in %s (as --fp8-layers %s would)\n", fp8_kinds_text(mask, text, sizeof text),
-                                mask ? text : "with --fp8 0");
+    if (t->dp.rank == 0) {
+        if (mask) printf("fp8 auto: FP8 in %s (as --fp8-layers %s would)\n", fp8_kinds_text(mask, text, sizeof text), text);
+        else printf("fp8 auto: FP8 in none (every linear layer in bf16, as with --fp8 0)\n");
+    }
 }
 
 // The trainer of the model host_params (fp32, checkpoint order) with the settings s (checked,
@@ -54,7 +60,7 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     t->s = *s;
     g_fuse_gelu = s->fuse_gelu;
     matmul_set_tf32(s->tf32);
-    fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed, s->fp8_cast);
+    fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed, s->fp8_cast, (size_t)s->o.B * s->o.T);
     gpt2_build(&t->model, cfg, host_params, s, &t->fp8);
     dp_init(&t->dp, comm, rank, world, s->zero_stage, t->model.stream);
     if (t->fp8.auto_pick) trainer_fp8_auto(t);

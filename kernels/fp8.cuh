@@ -388,6 +388,11 @@ static int matmul_fp8_epi(floatX *D, const uint8_t *A, Fp8Format fa, const float
                     "candidate %d of %d runs it\n", fp8_format_name(fa), fp8_format_name(fb), m, n, k, ran + 1, na);
         }
     }
+    if (st != CUBLAS_STATUS_SUCCESS && aux) {  // an epilogue no candidate runs: the caller's kernel instead
+        plan->ok = 0;
+        lt_call_destroy(&c);
+        return 0;
+    }
     if (st != CUBLAS_STATUS_SUCCESS)
         fatal("cuBLASLt refused the FP8 matmul %s x %s, m=%d n=%d k=%d lda=%d ldb=%d ldd=%d%s%s beta=%g "
               "(A, B, D aligned to %u, %u, %u bytes, the factors to %u, %u, the bias to %u): cuBLAS status %d",

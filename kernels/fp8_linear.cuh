@@ -228,6 +228,10 @@ static void fp8_linear_state_get(const Fp8Linear *f, float *out, cudaStream_t s)
     CUDA_CHECK(cudaMemcpy(&pos, f->pos, sizeof(int), cudaMemcpyDeviceToHost));
     out[ns + nh] = (float)(pos % FP8_HISTORY);  // only the slot matters
     out[ns + nh + 1] = (float)f->rolled;
+    if (!f->delayed) {  // current scaling keeps no history: none for a delayed resume to trust (one
+        // this run resumed from, under delayed scaling, would be many steps old by now)
+        memset(out + ns, 0, (nh + 2) * sizeof(float));
+    }
 }
 
 // Restores a state of fp8_linear_state_floats(f) floats; 0 (nothing changed) when it was
