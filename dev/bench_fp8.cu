@@ -67,14 +67,6 @@ static int N;
 static floatX *XG, *P, *DX16, *DX8, *DW16, *DW8, *dbias;
 static float *dbias_scratch;
 
-// uniform in [-amp, amp]: a hash of the index, the same on every run
-__global__ void fill_kernel(floatX *p, size_t n, uint32_t seed, float amp) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = ((uint32_t)i ^ (uint32_t)(i >> 32) * 0x9E3779B9u) * 2654435761u ^ seed;
-        h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
-        p[i] = (floatX)((h * (1.0f / 4294967296.0f) * 2.0f - 1.0f) * amp);
-    }
-}
 
 // out[0] = max |a - b|, out[1] = max |b|, as float bits (non-negative floats order like their bits, and a NaN
 // lies above them all, so a NaN in the FP8 result shows as one); out zeroed by the caller
@@ -358,11 +350,11 @@ int main(int argc, char **argv) {
     // magnitudes near the step's (unit activations after a layernorm, weights of the 0.02-std initialisation,
     // small gradients): the scales differ per operand as they do in training. XG, the pre-GELU values of
     // fcproj's input, spans GELU's bend, so that its derivative varies as it does in training.
-    fill_kernel<<<1024, 256>>>(X, act, 1, 1.0f);
-    fill_kernel<<<1024, 256>>>(G, grad, 2, 1e-3f);
-    fill_kernel<<<1024, 256>>>(W, wide * C, 3, 0.035f);
-    fill_kernel<<<64, 256>>>(bias, wide, 4, 0.02f);
-    fill_kernel<<<1024, 256>>>(XG, act, 5, 2.0f);
+    fill_uniform(X, act, 1.0f, 1, 0);
+    fill_uniform(G, grad, 1e-3f, 2, 0);
+    fill_uniform(W, wide * C, 0.035f, 3, 0);
+    fill_uniform(bias, wide, 0.02f, 4, 0);
+    fill_uniform(XG, act, 2.0f, 5, 0);
     LAUNCH_CHECK();
     CUDA_CHECK(cudaMemset(D16, 0, grad * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(D8, 0, grad * sizeof(floatX)));

@@ -11,13 +11,6 @@
 #include "kernels/common.cuh"
 #include "kernels/matmul.cuh"
 
-__global__ void fill_kernel(floatX *p, size_t n, uint32_t seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-        p[i] = (floatX)(((h & 0xFFFF) / 65536.0f - 0.5f) * 0.1f);
-    }
-}
 
 typedef struct {
     const char *layer, *call;
@@ -85,11 +78,11 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMalloc(&Dw, wts * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(Dw, 0, wts * sizeof(floatX)));
     CUDA_CHECK(cudaMalloc(&bias, (size_t)(Vp > 4 * C ? Vp : 4 * C) * sizeof(floatX)));
-    fill_kernel<<<1024, 256>>>(X, act, 1);
-    fill_kernel<<<1024, 256>>>(Y, big, 2);
-    fill_kernel<<<1024, 256>>>(Z, act, 3);
-    fill_kernel<<<1024, 256>>>(W, wts, 4);
-    fill_kernel<<<64, 256>>>(bias, (size_t)(Vp > 4 * C ? Vp : 4 * C), 5);
+    fill_uniform(X, act, 0.05f, 1, 0);
+    fill_uniform(Y, big, 0.05f, 2, 0);
+    fill_uniform(Z, act, 0.05f, 3, 0);
+    fill_uniform(W, wts, 0.05f, 4, 0);
+    fill_uniform(bias, (size_t)(Vp > 4 * C ? Vp : 4 * C), 0.05f, 5, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));

@@ -14,23 +14,6 @@
 #define FP8_AUTO_MARGIN 0.98f
 #define FP8_AUTO_REPEATS 5
 
-// x[i] uniform in [-a, a] from a hash of i: timing data (the tensor cores draw more power on
-// random bits than on zeros, and the 700 W limit sets the clock)
-__global__ void fp8_auto_fill_kernel(floatX *x, size_t n, float a, uint32_t seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = (floatX)(a * ((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f));
-    }
-}
-
-static void fp8_auto_fill(floatX *x, size_t n, float a, uint32_t seed, cudaStream_t s) {
-    fp8_auto_fill_kernel<<<1024, 256, 0, s>>>(x, n, a, seed);
-    LAUNCH_CHECK();
-}
-
 // Layer 0's linear layer of this kind (the lm_head for FP8_KINDS - 1), forward then backward,
 // in FP8 at site (-1: bf16), with the model's own calls and buffers
 static void fp8_auto_layer(GPT2 *m, int kind, int site) {
@@ -99,15 +82,15 @@ static int fp8_auto_choose(GPT2 *m, Fp8Layers *f, DataParallel *dp, int verbose)
     Activations *a = &m->acts;
     cudaStream_t s = m->stream;
     // inputs of order 1 (layernorm outputs, GELU, attention), gradients of order 1e-3
-    fp8_auto_fill(b.ln1, N * C, 1.0f, 1, s);
-    fp8_auto_fill(b.ln2, N * C, 1.0f, 2, s);
-    fp8_auto_fill(b.atty, N * C, 1.0f, 3, s);
-    fp8_auto_fill(b.fch, N * 4 * C, 1.0f, 4, s);
-    fp8_auto_fill(b.fch_gelu, N * 4 * C, 1.0f, 5, s);
-    fp8_auto_fill(a->lnf, N * C, 1.0f, 6, s);
-    fp8_auto_fill(a->dqkv, N * 3 * C, 1e-3f, 7, s);
-    fp8_auto_fill(a->dresidual, N * C, 1e-3f, 8, s);
-    fp8_auto_fill(a->dfch, N * 4 * C, 1e-3f, 9, s);
+    fill_uniform(b.ln1, N * C, 1.0f, 1, s);
+    fill_uniform(b.ln2, N * C, 1.0f, 2, s);
+    fill_uniform(b.atty, N * C, 1.0f, 3, s);
+    fill_uniform(b.fch, N * 4 * C, 1.0f, 4, s);
+    fill_uniform(b.fch_gelu, N * 4 * C, 1.0f, 5, s);
+    fill_uniform(a->lnf, N * C, 1.0f, 6, s);
+    fill_uniform(a->dqkv, N * 3 * C, 1e-3f, 7, s);
+    fill_uniform(a->dresidual, N * C, 1e-3f, 8, s);
+    fill_uniform(a->dfch, N * 4 * C, 1e-3f, 9, s);
     // delayed scaling times the casts it will run: without the amax passes
     const int rolled = f->f8.rolled;
     f->f8.rolled = 1;
@@ -120,7 +103,7 @@ static int fp8_auto_choose(GPT2 *m, Fp8Layers *f, DataParallel *dp, int verbose)
         // (the lm_head's forward writes the logits its backward reads: after the first run they
         // are the forward's output, of the logits' order 1 rather than their gradient's; that
         // changes the time of neither path)
-        if (head) fp8_auto_fill(a->logits, N * Vp, 1e-5f, 10, s);
+        if (head) fill_uniform(a->logits, N * Vp, 1e-5f, 10, s);
         fp8_auto_time(m, k, fp8_site(f, head ? -1 : 0, k), e0, e1, h + 2 * k);
     }
     f->f8.rolled = rolled;

@@ -300,3 +300,17 @@ __device__ __forceinline__ void stochastic_round(float in, __nv_bfloat16 *out, u
 }
 // fp16: plain round-to-nearest (the fp32 master weights keep the small updates)
 __device__ __forceinline__ void stochastic_round(float in, __half *out, uint32_t rnd) { *out = __float2half_rn(in); }
+
+// p[i] uniform in [-amp, amp] from a hash of (i, seed): test and timing data, the same on
+// every run (random bits rather than zeros: the tensor cores' power, and so the clock under
+// the board's limit, depends on them)
+__global__ void fill_uniform_kernel(floatX *p, size_t n, float amp, uint32_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = hash_u32((uint32_t)i ^ (uint32_t)(i >> 32) * 0x85EBCA6Bu, seed);
+        p[i] = (floatX)((h * (1.0f / 4294967296.0f) * 2.0f - 1.0f) * amp);
+    }
+}
+static void fill_uniform(floatX *p, size_t n, float amp, uint32_t seed, cudaStream_t s) {
+    fill_uniform_kernel<<<1024, 256, 0, s>>>(p, n, amp, seed);
+    LAUNCH_CHECK();
+}

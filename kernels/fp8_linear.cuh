@@ -152,14 +152,28 @@ static float *fp8_slot(const Fp8Linear *f, int site, int op, int slot) {
     return f->scalars + ((size_t)site * FP8_OPS + op) * FP8_SLOTS + slot;
 }
 
-// The operand's scale from the amax of x (n elements): zero the amax, reduce it, update
-static void fp8_scale_for(const Fp8Linear *f, int site, int op, const floatX *x, size_t n, Fp8Format fmt,
-                          cudaStream_t s) {
+// An operand's scale from its own amax: fp8_amax_begin zeroes the amax slot and returns it for
+// the pass that reduces it, fp8_amax_end sets the scale from it
+static float *fp8_amax_begin(const Fp8Linear *f, int site, int op, cudaStream_t s) {
     float *amax = fp8_slot(f, site, op, FP8_AMAX);
     CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
-    fp8_quantize(NULL, amax, x, NULL, n, fmt, s);
-    fp8_update_scale(fp8_slot(f, site, op, FP8_SCALE), fp8_slot(f, site, op, FP8_DEQ), amax, 1, fmt, 0, s);
+    return amax;
 }
+static void fp8_amax_end(const Fp8Linear *f, int site, int op, Fp8Format fmt, cudaStream_t s) {
+    fp8_update_scale(fp8_slot(f, site, op, FP8_SCALE), fp8_slot(f, site, op, FP8_DEQ), fp8_slot(f, site, op, FP8_AMAX),
+                     1, fmt, 0, s);
+}
+
+// The operand's scale from the amax of x (n elements), in a pass of its own
+static void fp8_scale_for(const Fp8Linear *f, int site, int op, const floatX *x, size_t n, Fp8Format fmt,
+                          cudaStream_t s) {
+    fp8_quantize(NULL, fp8_amax_begin(f, site, op, s), x, NULL, n, fmt, s);
+    fp8_amax_end(f, site, op, fmt, s);
+}
+
+// Whether inputs and gradients take their scale from themselves now (current scaling, and
+// delayed scaling before its first roll), rather than from the history
+static int fp8_scales_itself(const Fp8Linear *f) { return !(f->delayed && f->rolled); }
 
 // Before an input's or gradient's casts: the scale they use, and where the casts record
 // the amax (NULL: nowhere). Current scaling (and delayed before its first roll) scales
@@ -169,7 +183,7 @@ static void fp8_scale_for(const Fp8Linear *f, int site, int op, const floatX *x,
 // entry is the first step's last micro-step's amax.
 static float *fp8_operand_scale(const Fp8Linear *f, int site, int op, const floatX *x, size_t n, Fp8Format fmt,
                                 cudaStream_t s) {
-    if (f->delayed && f->rolled) return f->record ? fp8_slot(f, site, op, FP8_AMAX) : NULL;
+    if (!fp8_scales_itself(f)) return f->record ? fp8_slot(f, site, op, FP8_AMAX) : NULL;
     fp8_scale_for(f, site, op, x, n, fmt, s);
     return NULL;
 }
@@ -385,12 +399,9 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
     const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *g_deq = fp8_slot(f, site, FP8_OP_G, FP8_DEQ);
     const float *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
     float *amax = NULL;
-    if (dbias && !(f->delayed && f->rolled)) {  // (fp8_operand_scale's amax pass, with the bias pass)
-        float *a = fp8_slot(f, site, FP8_OP_G, FP8_AMAX);
-        CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(float), s));
-        bias_backward(dbias, scratch, dout, N, OC, OC, s, a);
-        fp8_update_scale(fp8_slot(f, site, FP8_OP_G, FP8_SCALE), fp8_slot(f, site, FP8_OP_G, FP8_DEQ), a, 1, FP8_E5M2,
-                         0, s);
+    if (dbias && fp8_scales_itself(f)) {  // the amax pass is the bias pass
+        bias_backward(dbias, scratch, dout, N, OC, OC, s, fp8_amax_begin(f, site, FP8_OP_G, s));
+        fp8_amax_end(f, site, FP8_OP_G, FP8_E5M2, s);
     } else {
         amax = fp8_operand_scale(f, site, FP8_OP_G, dout, (size_t)N * OC, FP8_E5M2, s);
         if (dbias) bias_backward(dbias, scratch, dout, N, OC, OC, s);
