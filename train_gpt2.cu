@@ -92,7 +92,7 @@ static void between_sample(void *tr) {
     Trainer *r = (Trainer *)tr;
     GpuTrainer *t = (GpuTrainer *)r->model;
     const int T = t->model.T, V = t->model.config.vocab_size;
-    if (!r->o->kv_cache) {
+    if (!r->o->kv_cache || t->shards.shard) {  // (-z 3 holds no whole model for the cache's forward)
         sample_text(&r->data->tok, r->o, T, V, r->rng, r->lg, next_logits, t);
         return;
     }
@@ -253,6 +253,7 @@ static void report_end(const GpuTrainer *t, Logger *lg, const TrainState *run, s
 static int generate_main(GpuSettings *s, ProcessGroup *pg) {
     TrainOptions *o = &s->o;
     if (pg->world > 1) fatal("--generate runs on one GPU: start it without mpirun or with -np 1 (%d ranks)", pg->world);
+    s->zero_stage = 0;  // the whole model on the GPU, whatever -z says
     GPT2Config cfg;
     Tokenizer tok;
     float *host_params = generate_open(o, &cfg, &tok);
@@ -360,7 +361,12 @@ int main(int argc, char **argv) {
     Logger lg;
     run_logger_open(&lg, o, resume_step, !rank0);
     metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, o, max_steps, pg.world, resume_step);
-    const int can_sample = rank0 && sampling_possible(&cfg, o, &data.tok, t.model.T, !rank0);
+    // (under -z 3 with several ranks a forward gathers from every rank: rank 0 cannot sample alone)
+    const int can_sample = rank0 && !(s.zero_stage == 3 && pg.world > 1) &&
+                           sampling_possible(&cfg, o, &data.tok, t.model.T, !rank0);
+    if (rank0 && s.zero_stage == 3 && pg.world > 1 && o->gen_tokens > 0 && o->sample_every > 0)
+        printf("sampling: off with -z 3 over %d ranks (a forward needs every rank); sample a checkpoint with "
+               "--generate\n", pg.world);
     train_data_start_reading(&data, o);
     int *val_inputs = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));

@@ -137,6 +137,9 @@ static inline const char *zero_layout_init(ZeroLayout *z, const size_t *sizes, c
     return NULL;
 }
 
+// Where layer l's chunk of tensor t starts in a rank's compact shard (l = 0 for a one-slice tensor)
+static inline size_t zero_chunk_at(const ZeroTensor *t, int l) { return t->shard_offset + (size_t)l * t->chunk; }
+
 // Flat parameter index of element i (0 <= i < layers * chunk) of rank's chunks of tensor t.
 static inline size_t zero_owned_index(const ZeroTensor *t, int rank, size_t i) {
     size_t l = i / t->chunk, j = i % t->chunk;

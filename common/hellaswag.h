@@ -171,6 +171,9 @@ static inline HellaSwagScore hellaswag_evaluate(const HellaSwag *h, int B, int T
                                                 int *targets, PositionLossesFn losses_of, void *model, int *choices) {
     int lo = (int)((long)h->n * rank / world), hi = (int)((long)h->n * (rank + 1) / world);
     long rows = (long)(hi - lo) * HELLASWAG_COMPLETIONS;
+    // every rank runs as many batches (its last ones padding where its share is smaller): a
+    // forward may be collective (-z 3 gathers the parameters from every rank)
+    long batches_rows = ((long)(h->n + world - 1) / world) * HELLASWAG_COMPLETIONS;
     float *losses = (float *)xmalloc((size_t)B * T * sizeof(float));
     float *row_mean = (float *)xmalloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
     int *first = (int *)xmalloc((size_t)B * sizeof(int)), *count = (int *)xmalloc((size_t)B * sizeof(int));
@@ -178,7 +181,7 @@ static inline HellaSwagScore hellaswag_evaluate(const HellaSwag *h, int B, int T
     int *own_choices = NULL;
     if (!choices && world == 1 && getenv("GPT2_TEST_HELLASWAG_CHOICES"))
         choices = own_choices = (int *)xmalloc((size_t)h->n * sizeof(int));
-    for (long r0 = 0; r0 < rows; r0 += B) {
+    for (long r0 = 0; r0 < batches_rows; r0 += B) {
         for (int b = 0; b < B; b++) {
             long r = r0 + b;
             int *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;

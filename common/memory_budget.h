@@ -3,8 +3,9 @@
 // touched, so a configuration meant for a smaller card can be checked on any machine.
 // A run that does not fit stops with the settings that would fit: a smaller micro-batch
 // with the same tokens per step, more recomputation, bf16 moments, the optimizer state in
-// host memory, ZeRO over more ranks. Once the GPU is open, the same plan is held against its
-// free memory, and a budget against the card's size.
+// host memory, ZeRO over more ranks, or on one GPU the parameters in host memory too (-z 3
+// --offload 2). Once the GPU is open, the same plan is held against its free memory, and a
+// budget against the card's size.
 #ifndef COMMON_MEMORY_BUDGET_H
 #define COMMON_MEMORY_BUDGET_H
 #include "util.h"
@@ -12,9 +13,10 @@
 #include <strings.h>
 #include <math.h>
 
-// The settings the search may change (zero_stage applies when ranks > 1; moments_bf16:
-// AdamW's moments in bf16; offload: the optimizer state in host memory), and what it keeps:
-// the tokens per step and T.
+// The settings the search may change (zero_stage applies when ranks > 1, and 3 on one rank
+// too: with offload 2 the parameters are in host memory; moments_bf16: AdamW's moments in
+// bf16; offload: the optimizer state in host memory), and what it keeps: the tokens per step
+// and T.
 typedef struct {
     int B, recompute, ranks, zero_stage;
     long total_batch;
@@ -90,14 +92,17 @@ static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int
 }
 
 // Appends to msg the line for s: the change of flags from now, e.g. "-r 2 -b 16 (32
-// micro-steps per step)", and what s needs.
+// micro-steps per step)", and what s needs. A change of stage on one rank is "-z 3" alone:
+// there is no mpirun to start.
 static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, MemorySetting s, size_t need) {
     char buf[200], g[32];
     size_t n = 0;
     buf[0] = 0;
     if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, sizeof buf - n, "--optimizer-state bf16 ");
     if (s.offload != now.offload) n += snprintf(buf + n, sizeof buf - n, "--offload %d ", s.offload);
-    if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
+    if (s.ranks == 1 && s.zero_stage != now.zero_stage)
+        n += snprintf(buf + n, sizeof buf - n, "-z %d ", s.zero_stage);
+    else if (s.ranks != now.ranks || s.zero_stage != now.zero_stage)
         n += snprintf(buf + n, sizeof buf - n, "-z %d over %d ranks (mpirun -np %d) ", s.zero_stage, s.ranks,
                       s.ranks);
     if (s.recompute != now.recompute) n += snprintf(buf + n, sizeof buf - n, "-r %d ", s.recompute);
@@ -134,16 +139,17 @@ static inline void memory_lines_add(MemoryLines *l, int b, int r) {
     }
 }
 
-// One switch from the run's own setting (alt: now with bf16 moments, or with offload):
-// appends alt's line at the lowest recompute level where it fits a larger micro-batch than
-// the lines before cover there; returns 1 if it did.
+// One switch from the run's own setting (alt: now with bf16 moments, with offload, or on one
+// rank with -z 3 --offload 2; alt's ranks and stage are kept): appends alt's line at the
+// lowest recompute level where it fits a larger micro-batch than the lines before cover
+// there; returns 1 if it did.
 static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, MemoryPlanFn plan,
                                         const void *ctx, char *msg, size_t cap, MemoryLines *seen) {
     size_t need;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-        int b = memory_largest_B(budget, alt, r, now.ranks, now.zero_stage, plan, ctx, &need);
+        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, plan, ctx, &need);
         if (b <= memory_lines_cover(seen, r)) continue;
-        memory_suggest(msg, cap, now, memory_setting(alt, b, r, now.ranks, now.zero_stage), need);
+        memory_suggest(msg, cap, now, memory_setting(alt, b, r, alt.ranks, alt.zero_stage), need);
         memory_lines_add(seen, b, r);
         return 1;
     }
@@ -158,10 +164,12 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 // fits a larger micro-batch than the lines above at that level or below (so the same
 // micro-batch with less recomputation is listed too: GPT-2 350M in 8G gets --offload 2 -b 8
 // at -r 1, the fastest run measured there, beside -r 3 -b 8); likewise --offload 2 (with the
-// run's moments);
-// then for ZeRO-1 and ZeRO-2 (not below the run's stage) the fewest ranks (the run's own,
-// or doubling up to 8 GPUs with this budget each; the tokens per step must be a multiple of
-// B*T*ranks) at which some micro-batch fits.
+// run's moments); likewise, on one rank, -z 3 --offload 2: the parameters in host memory,
+// each layer copied in ahead of use, for a model whose weights and gradients alone leave too
+// little room on one GPU, with no second GPU needed;
+// then for ZeRO-1, 2 and 3 (not below the run's stage: several ranks, or -z 3 on one) the
+// fewest ranks (the run's own, or doubling up to 8 GPUs with this budget each; the tokens
+// per step must be a multiple of B*T*ranks) at which some micro-batch fits.
 // The offload mode suggested: 2, staged through the copy engines, was the faster of the two at
 // every model size measured (docs/memory.md); the plan counts its two staging buffers.
 #define MEMORY_OFFLOAD_SUGGESTED 2
@@ -190,7 +198,15 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         off.offload = MEMORY_OFFLOAD_SUGGESTED;
         found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &seen);
     }
-    for (int stage = now.ranks > 1 && now.zero_stage > 1 ? now.zero_stage : 1; stage <= 2; stage++) {
+    if (now.ranks == 1 && now.zero_stage < 3) {
+        MemorySetting host = now;
+        host.zero_stage = 3;
+        host.offload = MEMORY_OFFLOAD_SUGGESTED;
+        found += memory_suggest_switch(budget, now, host, plan, ctx, msg, cap, &seen);
+    }
+    // (on one rank a stage of 1 or 2 shards nothing: gpu/settings.cuh makes it 0)
+    int first = now.zero_stage > 1 && (now.ranks > 1 || now.zero_stage == 3) ? now.zero_stage : 1;
+    for (int stage = first; stage <= 3; stage++) {
         int done = 0;
         for (int ranks = now.ranks > 1 ? now.ranks : 2; ranks <= 8 && !done; ranks *= 2) {
             if (ranks == now.ranks && stage <= now.zero_stage) continue;  // the run as it is: above

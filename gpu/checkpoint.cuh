@@ -29,10 +29,9 @@ static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, con
     float *host = (float *)xmalloc((n > ns ? n : ns) * sizeof(float));  // the parameters, then the master weights
     TrainState s = train_state_for(run, step, rng, loader);
     s.model_crc = 0;  // known to rank 0, which writes the model
-    if (rank == 0) {  // every rank holds the same parameters
-        download_floatX(host, m->params, n);
-        s.model_crc = gpt2_checkpoint_write(mp, &m->config, host, PRECISION == PRECISION_BF16);
-    }
+    if (t->shards.shard) param_shards_download(&t->shards, host);  // -z 3: every rank takes part
+    else if (rank == 0) download_floatX(host, m->params, n);         // every rank holds the same parameters
+    if (rank == 0) s.model_crc = gpt2_checkpoint_write(mp, &m->config, host, PRECISION == PRECISION_BF16);
     s.world_size = t->dp.world;
     s.rank = o->shard_rank;
     s.loss_scale = t->scaler.scale;
@@ -61,7 +60,8 @@ static void trainer_load_checkpoint(GpuTrainer *t, DataLoader *loader, const cha
     float *params = gpt2_checkpoint_read(mp, &cfg);
     if (memcmp(&cfg, &m->config, sizeof cfg) != 0)
         fatal("%s holds a different model shape than -e gave; resume with the same model", mp);
-    upload_params(m->params, params, m->num_params);
+    if (t->shards.shard) param_shards_set(&t->shards, params);
+    else upload_params(m->params, params, m->num_params);
     fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);
     TrainState s;
     memset(&s, 0, sizeof s);

@@ -28,7 +28,8 @@ typedef struct {
 } DataParallel;
 
 static int dp_distributed(const DataParallel *dp) { return dp->comm && dp->comm->world > 1; }
-static int dp_zero2(const DataParallel *dp) { return dp->zero_stage == 2 && dp_distributed(dp); }
+// ZeRO-2 and -3: the gradients reduce-scattered every micro-step into the optimizer's shard
+static int dp_zero2(const DataParallel *dp) { return dp->zero_stage >= 2 && dp_distributed(dp); }
 
 static void dp_init(DataParallel *dp, Comm *comm, int rank, int world, int zero_stage, cudaStream_t compute) {
     memset(dp, 0, sizeof *dp);
@@ -116,7 +117,7 @@ static void dp_grads_final(void *ctx, int l) {
         const ZeroTensor *t = &dp->zl->t[k];
         if ((l < 0) != (t->layers == 1)) continue;
         floatX *g = grad_at(dp->model, k, layer);
-        grad_shard_accumulate(dp->gshard + t->shard_offset + (size_t)layer * t->chunk, g + (size_t)rank * t->chunk,
+        grad_shard_accumulate(dp->gshard + zero_chunk_at(t, layer), g + (size_t)rank * t->chunk,
                               t->chunk, c->stream);
         CUDA_CHECK(cudaMemsetAsync(g, 0, t->slice * sizeof(floatX), c->stream));
     }

@@ -41,7 +41,8 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     memset(&d, 0, sizeof d);
     const GPT2Config *c = in->cfg;
     const GpuSettings *s = in->s;
-    const int sharded = m.ranks > 1 && m.zero_stage > 0, zero2 = m.ranks > 1 && m.zero_stage == 2;
+    const int sharded = m.ranks > 1 && m.zero_stage > 0, zero2 = m.ranks > 1 && m.zero_stage >= 2;
+    const int zero3 = m.zero_stage == 3, shard_on_host = zero3 && m.ranks == 1 && m.offload == OFFLOAD_STAGED;
     ZeroLayout zl;
     if (optimizer_layout(&zl, c, sharded ? m.ranks : 1)) {
         d.params = SIZE_MAX;
@@ -49,8 +50,10 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     }
     const size_t ns = zl.shard_elems, n = zl.n;
     size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
-    d.params = n * sizeof(floatX);
-    d.grads = (gradient_elems(c, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
+    // -z 3: wte, wpe, lnf and two layers' slots, and the rank's shard (one rank with --offload 2: on the host)
+    d.params = zero3 ? (slotted_elems(c, 1, slot_offsets, &slot_elems) + (shard_on_host ? 0 : ns)) * sizeof(floatX)
+                     : n * sizeof(floatX);
+    d.grads = (slotted_elems(c, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
     const int has_master = optimizer_has_master(s);
     const size_t state = optimizer_state_bytes(ns, has_master, m.moments_bf16);
     d.optimizer = m.offload ? 0 : state;  // offload: in host memory
@@ -62,6 +65,7 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     d.other = batch_ints(m.B, m.T) * sizeof(int) + INFO_SLOTS * sizeof(float) + CUBLASLT_WORKSPACE_BYTES +
               DEVICE_RESERVE_BYTES + (m.ranks > 1 ? COMM_RESERVE_BYTES : 0) +
               (m.offload ? state / OFFLOAD_MAP_RESERVE_DIVISOR : 0) +
+              (shard_on_host ? ns * sizeof(floatX) / OFFLOAD_MAP_RESERVE_DIVISOR : 0) +
               (m.offload == OFFLOAD_STAGED ? offload_stage_bytes(has_master, adamw_moment_bytes(m.moments_bf16)) : 0);
     return d;
 }
@@ -130,13 +134,18 @@ static void print_memory(const GPT2 *model, const Optimizer *o, const Fp8Layers 
                          size_t in_use) {
     double mib = 1.0 / (1024.0 * 1024.0);
     const size_t np = model->num_params, ns = o->zl.shard_elems;
+    const ParamShards *ps = o->ps;  // -z 3: the model holds its slots, the rank its shard
+    const size_t param_bytes = (model->param_elems + (ps && !ps->on_host ? ns : 0)) * sizeof(floatX);
     const size_t grad_bytes = model->grad_elems * sizeof(floatX) + (o->gshard ? ns * sizeof(floatX) : 0);
     const size_t moments = 2 * adamw_moment_bytes(o->moments_bf16);
     const size_t opt_bytes = optimizer_state_bytes(ns, o->master != NULL, o->moments_bf16);
     const size_t scratch = model->scratch_bytes + fp8_plan_bytes(&model->config, fp8->mask, fp8->cast, (size_t)model->B * model->T);
-    printf("memory: parameters %.0f MiB, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s%s), "
+    printf("memory: parameters %.0f MiB%s, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s%s), "
            "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
-           np * sizeof(floatX) * mib, grad_bytes * mib, o->master ? ns * 4 * mib : 0.0, ns * moments * mib,
+           param_bytes * mib,
+           !ps ? "" : ps->on_host ? " (wte, wpe, lnf and two layers' slots; the model in pinned host memory)"
+                                  : " (the rank's shard, wte, wpe, lnf and two layers' slots)",
+           grad_bytes * mib, o->master ? ns * 4 * mib : 0.0, ns * moments * mib,
            o->moments_bf16 ? "bf16" : "fp32",
            o->offload == OFFLOAD_STAGED ? "; these and the master weights in pinned host memory, staged"
            : o->offload                 ? "; these and the master weights in mapped pinned host memory"
@@ -146,10 +155,11 @@ static void print_memory(const GPT2 *model, const Optimizer *o, const Fp8Layers 
         size_t full_opt = optimizer_state_bytes(np, o->master != NULL, o->moments_bf16), full_grad = np * sizeof(floatX);
         printf(
             "data parallel: %d ranks (%s), ZeRO-%d: per rank, optimizer state %.0f MiB (unsharded %.0f, saves %.0f), "
-            "gradients %.0f MiB (unsharded %.0f, saves %.0f)\n",
+            "gradients %.0f MiB (unsharded %.0f, saves %.0f), parameters %.0f MiB (unsharded %.0f, saves %.0f)\n",
             dp->world, comm_backend_name(dp->comm->backend), dp->zero_stage, opt_bytes * mib, full_opt * mib,
             (full_opt - opt_bytes) * mib, grad_bytes * mib, full_grad * mib,
-            full_grad > grad_bytes ? (full_grad - grad_bytes) * mib : 0.0);
+            full_grad > grad_bytes ? (full_grad - grad_bytes) * mib : 0.0, param_bytes * mib, full_grad * mib,
+            full_grad > param_bytes ? (full_grad - param_bytes) * mib : 0.0);
     }
 }
 
@@ -170,7 +180,11 @@ static void memory_trace_list(MemoryTrace *m, const GpuTrainer *t) {
     const GPT2 *g = &t->model;
     const Optimizer *o = &t->opt;
     const size_t X = sizeof(floatX), ns = o->zl.shard_elems, mb = adamw_moment_bytes(o->moments_bf16);
-    memory_trace_add(m, "parameters", MEM_PARAMS, -1, g->num_params * X);
+    if (!o->ps) memory_trace_add(m, "parameters", MEM_PARAMS, -1, g->num_params * X);
+    else {
+        memory_trace_add(m, "parameters (wte, wpe, lnf and two layers' slots)", MEM_PARAMS, -1, g->param_elems * X);
+        if (!o->ps->on_host) memory_trace_add(m, "parameter shard (ZeRO-3)", MEM_PARAMS, -1, ns * X);
+    }
     memory_trace_add(m, g->grad_slots ? "gradients (wte, wpe, lnf and two layers' slots)" : "gradients", MEM_GRADS, -1,
                      g->grad_elems * X);
     if (o->gshard) memory_trace_add(m, "gradient shard (ZeRO-2)", MEM_GRADS, -1, ns * X);

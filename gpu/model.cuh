@@ -28,12 +28,28 @@ typedef struct {
     void *ctx;
 } GradHooks;
 
+// Under -z 3 the model holds its parameters in slots (param_slots) that their owner fills
+// (gpu/zero3.cuh): before the forward or backward reads layer l's (l = -1: wte, wpe and
+// lnf's) it asks for them with need(ctx, l, next); next (-1: none) is the layer it reads
+// after l, which the owner may start fetching.
+typedef struct {
+    void (*need)(void *ctx, int l, int next);
+    void *ctx;
+} ParamHooks;
+
 typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAM_TENSORS], param_offsets[NUM_PARAM_TENSORS], num_params;
-    floatX *params, *param[NUM_PARAM_TENSORS];  // device, checkpoint order
-    // gradients: every tensor whole, or with grad_slots (ZeRO-2) wte, wpe, lnf whole and the
-    // per-layer tensors' slices of two layers, layer l in slot l % 2 (grad_at)
+    // parameters: every tensor whole, in checkpoint order; or with param_slots (-z 3) wte, wpe,
+    // lnf whole and the per-layer tensors' slices of two layers, layer l in slot l % 2
+    // (param_at), filled through param_hooks
+    floatX *params, *param[NUM_PARAM_TENSORS];
+    size_t param_elems;
+    int param_slots;
+    floatX *param_slot[2];
+    ParamHooks param_hooks;
+    // gradients: every tensor whole, or with grad_slots (ZeRO-2 and -3 over several ranks) the
+    // same slots as the parameters' (grad_at); slot_offsets: each per-layer tensor's place in a slot
     floatX *grads, *grad[NUM_PARAM_TENSORS];
     size_t grad_elems;
     int grad_slots;
@@ -59,9 +75,9 @@ static size_t gpt2_param_layout(const GPT2Config *c, size_t sizes[NUM_PARAM_TENS
     return n;
 }
 
-// The gradient buffer's elements: the whole model's, or (slots) wte, wpe, lnf whole plus two
-// layer slots, each slot the per-layer tensors' slices at slot_offsets.
-static size_t gradient_elems(const GPT2Config *c, int slots, size_t slot_offsets[NUM_PARAM_TENSORS],
+// A parameter or gradient buffer's elements: the whole model's, or (slots) wte, wpe, lnf whole
+// plus two layer slots, each slot the per-layer tensors' slices at slot_offsets.
+static size_t slotted_elems(const GPT2Config *c, int slots, size_t slot_offsets[NUM_PARAM_TENSORS],
                              size_t *slot_elems) {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS], n = gpt2_param_layout(c, sizes, offsets);
     *slot_elems = 0;
@@ -75,15 +91,45 @@ static size_t gradient_elems(const GPT2Config *c, int slots, size_t slot_offsets
     return elems + 2 * *slot_elems;
 }
 
-// Where the gradient of tensor k's layer l lives.
-static floatX *grad_at(const GPT2 *m, int k, int l) {
+// Where tensor k's layer l lives in a buffer of the model's tensors (whole, or in slots)
+static floatX *slotted_at(const GPT2 *m, floatX *const whole[NUM_PARAM_TENSORS], floatX *const slot[2], int slots,
+                          int k, int l) {
     int layers = gpt2_param_layers(&m->config, k);
-    if (layers == 1) return m->grad[k];
-    if (m->grad_slots) return m->grad_slot[l & 1] + m->slot_offsets[k];
-    return m->grad[k] + (size_t)l * (m->param_sizes[k] / layers);
+    if (layers == 1) return whole[k];
+    if (slots) return slot[l & 1] + m->slot_offsets[k];
+    return whole[k] + (size_t)l * (m->param_sizes[k] / layers);
 }
 
-// host fp32 -> device floatX
+// Where the gradient of tensor k's layer l lives
+static floatX *grad_at(const GPT2 *m, int k, int l) {
+    return slotted_at(m, m->grad, m->grad_slot, m->grad_slots, k, l);
+}
+
+// Where the parameters of tensor k's layer l live (in a slot under -z 3: asked for first)
+static floatX *param_at(const GPT2 *m, int k, int l) {
+    return slotted_at(m, m->param, m->param_slot, m->param_slots, k, l);
+}
+
+// Before the forward or backward reads layer l's parameters (-1: wte, wpe, lnf); next: the
+// layer it reads after (-1: none)
+static void params_need(const GPT2 *m, int l, int next) {
+    if (m->param_hooks.need) m->param_hooks.need(m->param_hooks.ctx, l, next);
+}
+
+// Points whole[k] (the one-slice tensors, or every tensor) and slot[2] into buf, laid out by
+// slotted_elems
+static void slotted_bind(GPT2 *m, floatX *buf, int slots, floatX *whole[NUM_PARAM_TENSORS], floatX *slot[2]) {
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        if (!slots) whole[k] = buf + m->param_offsets[k];
+        else if (gpt2_param_layers(&m->config, k) == 1) { whole[k] = buf + off; off += m->param_sizes[k]; }
+        else whole[k] = NULL;  // in the slots
+    }
+    slot[0] = slots ? buf + off : NULL;
+    slot[1] = slots ? buf + off + m->slot_elems : NULL;
+}
+
+// host fp32 -> floatX on the device (or in pinned host memory)
 static void upload_params(floatX *dst, const float *src, size_t n) {
     const size_t chunk = 1 << 24;
     floatX *tmp = (floatX *)xmalloc(chunk * sizeof(floatX));
@@ -99,7 +145,7 @@ static void upload_params(floatX *dst, const float *src, size_t n) {
             memcpy(&tmp[j], &h, 2);
         }
 #endif
-        CUDA_CHECK(cudaMemcpy(dst + i, tmp, m * sizeof(floatX), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dst + i, tmp, m * sizeof(floatX), cudaMemcpyDefault));  // (dst may be pinned host memory)
     }
     free(tmp);
 }
@@ -110,7 +156,7 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
     floatX *tmp = (floatX *)xmalloc(chunk * sizeof(floatX));
     for (size_t i = 0; i < n; i += chunk) {
         size_t m = n - i < chunk ? n - i : chunk;
-        CUDA_CHECK(cudaMemcpy(tmp, src + i, m * sizeof(floatX), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(tmp, src + i, m * sizeof(floatX), cudaMemcpyDefault));
 #if PRECISION == PRECISION_FP32
         memcpy(dst + i, tmp, m * sizeof(float));
 #elif PRECISION == PRECISION_FP16
@@ -133,8 +179,9 @@ static ActShape gpt2_act_shape(const GPT2Config *c, const GpuSettings *s, int nu
 }
 
 // Allocates the model for micro-batches of up to the settings' (B, T) and uploads the
-// parameters (host fp32, checkpoint order). fp8: the FP8 state of the linear layers (its
-// mask 0: none). Gradients in slots under ZeRO-2 (s->zero_stage is 0 with one rank).
+// parameters (host fp32, checkpoint order; under -z 3 their owner fills the slots instead).
+// fp8: the FP8 state of the linear layers (its mask 0: none). Gradients in slots under
+// ZeRO-2 and -3 over several ranks (s->shard_grads).
 static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params, const GpuSettings *s,
                        Fp8Layers *fp8) {
     memset(m, 0, sizeof *m);
@@ -151,23 +198,16 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     CUDA_CHECK(cudaDeviceGetAttribute(&m->num_sms, cudaDevAttrMultiProcessorCount, dev));
     matmul_init(m->stream);
 
-    CUDA_CHECK(cudaMalloc(&m->params, m->num_params * sizeof(floatX)));
-    for (int k = 0; k < NUM_PARAM_TENSORS; k++) m->param[k] = m->params + m->param_offsets[k];
-    upload_params(m->params, host_params, m->num_params);
-    m->grad_slots = s->zero_stage == 2;
-    m->grad_elems = gradient_elems(cfg, m->grad_slots, m->slot_offsets, &m->slot_elems);
+    m->param_slots = s->zero_stage == 3;
+    m->param_elems = slotted_elems(cfg, m->param_slots, m->slot_offsets, &m->slot_elems);
+    CUDA_CHECK(cudaMalloc(&m->params, m->param_elems * sizeof(floatX)));
+    slotted_bind(m, m->params, m->param_slots, m->param, m->param_slot);
+    if (!m->param_slots) upload_params(m->params, host_params, m->num_params);
+    m->grad_slots = s->shard_grads;
+    m->grad_elems = slotted_elems(cfg, m->grad_slots, m->slot_offsets, &m->slot_elems);
     CUDA_CHECK(cudaMalloc(&m->grads, m->grad_elems * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(m->grads, 0, m->grad_elems * sizeof(floatX)));
-    size_t off = 0;
-    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
-        if (!m->grad_slots) m->grad[k] = m->grads + m->param_offsets[k];
-        else if (gpt2_param_layers(cfg, k) == 1) { m->grad[k] = m->grads + off; off += m->param_sizes[k]; }
-        else m->grad[k] = NULL;  // in the slots
-    }
-    if (m->grad_slots) {
-        m->grad_slot[0] = m->grads + off;
-        m->grad_slot[1] = m->grads + off + m->slot_elems;
-    }
+    slotted_bind(m, m->grads, m->grad_slots, m->grad, m->grad_slot);
     if (m->flash) flash_attention_set_deterministic(s->deterministic);
     ActShape a = gpt2_act_shape(cfg, s, m->num_sms);
     activations_alloc(&m->acts, &a, &m->act_bytes, &m->scratch_bytes);
@@ -196,17 +236,16 @@ static void gpt2_block_forward(GPT2 *m, int l, const BlockActs *b, int B, int T)
     const int C = m->config.channels, NH = m->config.num_heads, N = B * T;
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
-    floatX **p = m->param;
-    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), b->qkv, NULL, b->ln1, p[P_QKVW] + (size_t)l * 3 * C * C,
-                   p[P_QKVB] + l * 3 * C, N, C, 3 * C, s);
+    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), b->qkv, NULL, b->ln1, param_at(m, P_QKVW, l),
+                   param_at(m, P_QKVB, l), N, C, 3 * C, s);
     if (m->flash) flash_attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, s);
     else attention_forward(b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s);
     linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_ATTPROJ), a->attproj, NULL, b->atty,
-                   p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, N, C, C, s);
+                   param_at(m, P_ATTPROJW, l), param_at(m, P_ATTPROJB, l), N, C, C, s);
     fused_residual_layernorm_forward(b->residual2, b->ln2, b->ln2_mean, b->ln2_rstd, b->residual, a->attproj,
-                                     p[P_LN2W] + l * C, p[P_LN2B] + l * C, N, C, s);
-    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FC), b->fch_gelu, b->fch, b->ln2, p[P_FCW] + (size_t)l * 4 * C * C,
-                   p[P_FCB] + l * 4 * C, N, C, 4 * C, s);
+                                     param_at(m, P_LN2W, l), param_at(m, P_LN2B, l), N, C, s);
+    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FC), b->fch_gelu, b->fch, b->ln2, param_at(m, P_FCW, l),
+                   param_at(m, P_FCB, l), N, C, 4 * C, s);
 }
 
 static BlockActs gpt2_block_acts(const GPT2 *m, int l) {
@@ -223,18 +262,23 @@ static void gpt2_forward(GPT2 *m, const DeviceBatch *batch, int B, int T) {
     Activations *a = &m->acts;
     floatX **p = m->param;
 
+    params_need(m, -1, 0);
+    params_need(m, 0, 1);
     encoder_forward(a->encoded, batch->inputs, p[P_WTE], p[P_WPE], B, T, C, s);
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p[P_LN1W], p[P_LN1B], N, C, s);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, param_at(m, P_LN1W, 0), param_at(m, P_LN1B, 0), N,
+                      C, s);
     for (int l = 0; l < L; l++) {
         BlockActs b = gpt2_block_acts(m, l);
+        params_need(m, l, l + 1 < L ? l + 1 : -1);
         gpt2_block_forward(m, l, &b, B, T);
         linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FCPROJ), a->fcproj, NULL, b.fch_gelu,
-                       p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, N, 4 * C, C, s);
+                       param_at(m, P_FCPROJW, l), param_at(m, P_FCPROJB, l), N, 4 * C, C, s);
         // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
         if (l + 1 < L) {
             BlockActs next = gpt2_block_acts(m, l + 1);
+            params_need(m, l + 1, -1);  // its ln1
             fused_residual_layernorm_forward(b.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, b.residual2,
-                                             a->fcproj, p[P_LN1W] + (l + 1) * C, p[P_LN1B] + (l + 1) * C, N, C, s);
+                                             a->fcproj, param_at(m, P_LN1W, l + 1), param_at(m, P_LN1B, l + 1), N, C, s);
         } else {
             fused_residual_layernorm_forward(b.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, b.residual2, a->fcproj,
                                              p[P_LNFW], p[P_LNFB], N, C, s);
@@ -269,14 +313,13 @@ static void grads_final(const GradHooks *h, int l) {
 static void gpt2_recompute_layer(GPT2 *m, int l, const BlockActs *b) {
     const int r = m->recompute, C = m->config.channels, N = m->B * m->T;
     cudaStream_t s = m->stream;
-    floatX **p = m->param;
     if (r >= 2)
-        layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, N, C,
+        layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->residual, param_at(m, P_LN1W, l), param_at(m, P_LN1B, l), N, C,
                           s);
     if (r >= 3) gpt2_block_forward(m, l, b, m->B, m->T);
     if (r == 1 || r == 2) gelu_forward(b->fch_gelu, b->fch, (long)N * 4 * C, s);
     if (r == 2)
-        layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, N, C,
+        layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual2, param_at(m, P_LN2W, l), param_at(m, P_LN2B, l), N, C,
                           s);
 }
 
@@ -286,15 +329,14 @@ static void gpt2_mlp_backward(GPT2 *m, int l, const BlockActs *b) {
     const int C = m->config.channels, N = m->B * m->T;
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
-    floatX **p = m->param;
     float *fs = a->fscratch;
     // (dfch includes gelu')
     linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_FCPROJ), a->dfch, grad_at(m, P_FCPROJW, l), NULL, fs,
-                    a->dresidual, b->fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, b->fch, N, 4 * C, C, s);
+                    a->dresidual, b->fch_gelu, param_at(m, P_FCPROJW, l), b->fch, N, 4 * C, C, s);
     linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_FC), a->dln, grad_at(m, P_FCW, l), grad_at(m, P_FCB, l), fs,
-                    a->dfch, b->ln2, p[P_FCW] + (size_t)l * 4 * C * C, NULL, N, C, 4 * C, s);
+                    a->dfch, b->ln2, param_at(m, P_FCW, l), NULL, N, C, 4 * C, s);
     layernorm_backward(a->dresidual, grad_at(m, P_LN2W, l), grad_at(m, P_LN2B, l), grad_at(m, P_ATTPROJB, l), fs,
-                       a->dln, b->residual2, p[P_LN2W] + l * C, b->ln2_mean, b->ln2_rstd, N, C, m->num_sms, s);
+                       a->dln, b->residual2, param_at(m, P_LN2W, l), b->ln2_mean, b->ln2_rstd, N, C, m->num_sms, s);
 }
 
 // The attention's backward, residual2 = residual + attproj(attention(qkv(ln1(residual)))), up
@@ -303,10 +345,9 @@ static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
     const int C = m->config.channels, NH = m->config.num_heads, B = m->B, T = m->T, N = B * T;
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
-    floatX **p = m->param;
     float *fs = a->fscratch;
     linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_ATTPROJ), a->datty, grad_at(m, P_ATTPROJW, l), NULL, fs,
-                    a->dresidual, b->atty, p[P_ATTPROJW] + (size_t)l * C * C, NULL, N, C, C, s);
+                    a->dresidual, b->atty, param_at(m, P_ATTPROJW, l), NULL, N, C, C, s);
     // The qkv bias gradient, in thirds with flash attention: q's is a pass over dq; k's is
     // zero (a bias on every key adds the same q.b to a whole row of scores, which softmax
     // ignores; the rows of dS sum to zero), left as zero_grad left it; v's is the column
@@ -317,7 +358,7 @@ static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
                                  NH, s);
     else attention_backward(a->dqkv, a->datty, b->qkv, b->att, a->attn_scratch, B, T, C, NH, s);
     linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), a->dln, grad_at(m, P_QKVW, l), m->flash ? NULL : dqkvb, fs,
-                    a->dqkv, b->ln1, p[P_QKVW] + (size_t)l * 3 * C * C, NULL, N, C, 3 * C, s);
+                    a->dqkv, b->ln1, param_at(m, P_QKVW, l), NULL, N, C, 3 * C, s);
     if (m->flash) bias_backward(dqkvb, fs, a->dqkv, N, C, 3 * C, s);
 }
 
@@ -335,6 +376,7 @@ static void gpt2_backward(GPT2 *m, const DeviceBatch *batch, const GradHooks *ho
     float *fs = a->fscratch;
 
     // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
+    params_need(m, -1, L - 1);
     grads_writable(hooks, -1);
     linear_backward(m->fp8, fp8_site(m->fp8, -1, 0), a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, N,
                     C, Vp, s);
@@ -346,6 +388,7 @@ static void gpt2_backward(GPT2 *m, const DeviceBatch *batch, const GradHooks *ho
     // dresidual carries the gradient of the residual stream down through the layers
     for (int l = L - 1; l >= 0; l--) {
         BlockActs b = gpt2_block_acts(m, l);
+        params_need(m, l, l - 1);
         grads_writable(hooks, l);
         gpt2_recompute_layer(m, l, &b);
         gpt2_mlp_backward(m, l, &b);
@@ -357,7 +400,7 @@ static void gpt2_backward(GPT2 *m, const DeviceBatch *batch, const GradHooks *ho
             dbias_below = grad_at(m, P_FCPROJB, l - 1);
         }
         layernorm_backward(a->dresidual, grad_at(m, P_LN1W, l), grad_at(m, P_LN1B, l), dbias_below, fs, a->dln,
-                           b.residual, p[P_LN1W] + l * C, b.ln1_mean, b.ln1_rstd, N, C, m->num_sms, s);
+                           b.residual, param_at(m, P_LN1W, l), b.ln1_mean, b.ln1_rstd, N, C, m->num_sms, s);
         grads_final(hooks, l);  // layer l's gradients are final: sent while layer l - 1 runs
     }
     encoder_backward(g[P_WTE], g[P_WPE], a->dresidual, batch->positions, batch->bucket_token, batch->bucket_start,

@@ -19,6 +19,7 @@
 #include "model.cuh"
 #include "data_parallel.cuh"
 #include "fp8_layers.cuh"
+#include "zero3.cuh"
 
 typedef struct {
     ZeroLayout zl;         // the parameters over the ranks the state is sharded over (world 1: unsharded)
@@ -35,6 +36,7 @@ typedef struct {
     StepGraph graph;       // norm, clip and AdamW (one rank, not staged)
     DataParallel *dp;      // the ranks
     Fp8Layers *fp8;        // the FP8 copies of the weights, cast again after each update
+    ParamShards *ps;       // -z 3: the parameters' shard, which the update writes (NULL: the model's parameters)
 } Optimizer;
 
 // the ranks the optimizer state is sharded over: all of them under ZeRO, else one
@@ -74,7 +76,7 @@ static void optimizer_create(Optimizer *o, const GPT2 *model, const float *host_
     o->offload = s->offload;
     o->use_graph = s->cuda_graph;
     const size_t ns = o->zl.shard_elems;
-    if (s->zero_stage == 2 && dp_distributed(dp)) {
+    if (s->shard_grads) {
         CUDA_CHECK(cudaMalloc(&o->gshard, ns * sizeof(floatX)));
         CUDA_CHECK(cudaMemset(o->gshard, 0, ns * sizeof(floatX)));
     }
@@ -119,17 +121,23 @@ typedef struct {
     size_t len, stride, first, shard_offset;  // first: index in the tensor of the run's first element
     const floatX *grads;
     size_t grad_stride;
+    // the parameters: the model's (run s's element j at params + s * stride + j), or -z 3's
+    // shard, laid out as the gradients' (params + s * grad_stride + j)
+    floatX *params;
+    int params_compact;
 } UpdateRuns;
 
 static UpdateRuns update_runs(const Optimizer *o, const GPT2 *model, int k) {
     const ZeroTensor *t = &o->zl.t[k];
     UpdateRuns u;
     u.shard_offset = t->shard_offset;
+    u.params_compact = o->ps != NULL;
     if (o->zl.world == 1) {  // unsharded: the tensor is one run
         u.slabs = 1;
         u.len = u.stride = u.grad_stride = model->param_sizes[k];
         u.first = 0;
         u.grads = model->grad[k];
+        u.params = o->ps ? o->ps->shard + t->shard_offset : model->param[k];
         return u;
     }
     u.slabs = t->layers;
@@ -138,6 +146,7 @@ static UpdateRuns update_runs(const Optimizer *o, const GPT2 *model, int k) {
     u.first = (size_t)o->rank * t->chunk;
     if (o->gshard) { u.grads = o->gshard + t->shard_offset; u.grad_stride = t->chunk; }
     else { u.grads = model->grad[k] + u.first; u.grad_stride = t->slice; }
+    u.params = o->ps ? o->ps->shard + t->shard_offset : model->param[k] + u.first;
     return u;
 }
 
@@ -166,10 +175,11 @@ static void adamw_range(void *ctx, size_t c0, size_t c1, float *master, void *m,
         for (int i = 0; i < n; i++) {
             UpdatePiece p;
             if (!update_piece(u.shard_offset, u.slabs, u.len, u.stride, u.grad_stride, c0, c1, i, &p)) continue;
-            adamw_update(r->model->param[k] + u.first + p.at, master ? master + p.q : NULL, u.grads + p.grad_at,
-                         u.grad_stride, (char *)m + p.q * mb, (char *)v + p.q * mb, o->moments_bf16, p.slabs, p.len,
-                         u.stride, u.first + p.at, h->beta1, h->beta2, h->eps, wd, r->info, o->step.dev,
-                         (uint32_t)(k * 0x85EBCA77u), r->model->stream);
+            floatX *params = u.params_compact ? u.params + p.grad_at : u.params + p.at;
+            adamw_update(params, u.params_compact ? u.grad_stride : u.stride, master ? master + p.q : NULL,
+                         u.grads + p.grad_at, u.grad_stride, (char *)m + p.q * mb, (char *)v + p.q * mb,
+                         o->moments_bf16, p.slabs, p.len, u.stride, u.first + p.at, h->beta1, h->beta2, h->eps, wd,
+                         r->info, o->step.dev, (uint32_t)(k * 0x85EBCA77u), r->model->stream);
         }
     }
 }
@@ -205,8 +215,8 @@ static void update_launches(void *ctx) {
 
 // One optimizer step (t counts from 1) on the model's summed gradients, which carry the loss
 // scale 1 / inv_loss_scale. The step's loss must already be in info[INFO_LOSS]; a loss or
-// norm that common/update_rule.h refuses skips the update on the device. Under ZeRO the ranks
-// then all-gather the updated parameters.
+// norm that common/update_rule.h refuses skips the update on the device. Under ZeRO-1 and -2
+// the ranks then all-gather the updated parameters (-z 3 gathers each layer as it is used).
 static void optimizer_step(Optimizer *o, GPT2 *model, float *info, const AdamWConfig *h, int t, float inv_loss_scale) {
     cudaStream_t s = model->stream;
     dp_wait_for_comm(o->dp);  // the backward's gradient reductions
@@ -222,6 +232,10 @@ static void optimizer_step(Optimizer *o, GPT2 *model, float *info, const AdamWCo
         o->warm = 1;
     }
     if (o->fp8->on && o->fp8->f8.delayed) o->fp8->f8.rolled = 1;
+    if (o->ps) {  // -z 3: the shard is the parameters; the layers are gathered again as they are used
+        param_shards_changed(o->ps);
+        return;
+    }
     if (o->zl.world > 1) {  // every rank's updated chunks to every rank
         DataParallel *dp = o->dp;
         comm_after_compute(dp);

@@ -31,11 +31,12 @@ typedef struct {
     int recompute;       // 0 none, 1 GELU, 2 GELU and layernorms, 3 the whole block
     int flash;           // 1 flash attention, 0 plain, FLASH_AUTO (resolved by gpu_settings_for_model)
     int master_weights;  // fp32 master weights (bf16/fp16 builds)
-    int zero_stage;      // 0, 1, 2; 0 whenever there is one rank (gpu_settings_check)
+    int zero_stage;      // 0, 1, 2, 3; 1 and 2 become 0 with one rank (gpu_settings_check)
     int fuse_gelu, profile, prefetch, tf32, log_gpu, offload, cuda_graph, fp8, deterministic;
     const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling, *fp8_weights;
     // derived from the options by gpu_settings_check
     int backend;              // COMM_BACKEND_*
+    int shard_grads;          // ZeRO-2 or -3 over several ranks: the gradients in two layer slots
     int moments_bf16;         // AdamW's moments in bf16
     int fp8_mask;             // FP8_LAYERS_* (0: no FP8)
     int fp8_delayed;          // FP8's delayed scaling (0: current)
@@ -120,7 +121,8 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
     if (!all) return;
     args_add(t, "-z", "--zero-stage", ARG_INT, &s->zero_stage,
              "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the "
-             "gradients");
+             "gradients, 3 also the parameters (each layer's gathered just ahead of use); with one rank, 3 with "
+             "--offload 2 keeps the parameters in host memory and copies each layer in ahead of use");
     args_add(t, NULL, "--comm", ARG_STRING, &s->comm,
              "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; ranks may share "
              "a GPU: for tests)");
@@ -204,7 +206,7 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     if (s->flash == 1 && PRECISION == PRECISION_FP32)
         fatal("--flash-attention 1: flash attention needs the bf16 or fp16 build (make PRECISION=BF16); use 0");
     if (s->log_gpu != -1) fatal("-lg: logging the GPU's state is not implemented; use nvidia-smi dmon");
-    if (s->zero_stage < 0 || s->zero_stage > 2) fatal("-z (ZeRO stage) must be 0, 1 or 2, got %d", s->zero_stage);
+    if (s->zero_stage < 0 || s->zero_stage > 3) fatal("-z (ZeRO stage) must be 0, 1, 2 or 3, got %d", s->zero_stage);
     s->backend = comm_backend_parse(s->comm);
     if (s->backend != COMM_BACKEND_NCCL && s->backend != COMM_BACKEND_MPI)
         fatal("--comm must be nccl or mpi, got '%s'", s->comm);
@@ -233,7 +235,14 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     s->max_memory_bytes = 0;
     if (*s->max_memory && !parse_bytes(s->max_memory, &s->max_memory_bytes))
         fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", s->max_memory);
-    if (pg->world == 1) s->zero_stage = 0;  // one rank: nothing to shard
+    if (s->zero_stage == 3 && s->cuda_graph)
+        fatal("-z 3 with --cuda-graph 1: the layers' gathers are issued as the step goes, which a replayed graph "
+              "cannot do; use --cuda-graph 0 (or -z 2)");
+    if (s->zero_stage == 3 && s->fp8)
+        fatal("-z 3 with --fp8 1: the FP8 layers keep or cast whole weights, which -z 3 does not hold; use "
+              "--fp8 0, or -z 2 with --fp8 1");
+    if (pg->world == 1 && s->zero_stage < 3) s->zero_stage = 0;  // one rank: nothing to shard
+    s->shard_grads = pg->world > 1 && s->zero_stage >= 2;
 }
 
 static int flash_supported(const GPT2Config *c) {

@@ -23,6 +23,7 @@ typedef struct {
     Fp8Layers fp8;
     DataParallel dp;
     Optimizer opt;
+    ParamShards shards;     // -z 3: this rank's shard of the parameters, gathered into the model's slots
     BatchStager batch;
     LossScaler scaler;      // S: the backward computes d(S * loss); 1 unless fp16
     int force_overflow;     // test hook (GPT2_TEST_OVERFLOW_STEPS): this step's scaled gradients overflow
@@ -51,6 +52,9 @@ static void trainer_fp8_auto(GpuTrainer *t) {
     }
 }
 
+// Under -z 3, whether the parameters' shard is in host memory (the model's slots are copied in from there)
+static int trainer_params_on_host(const GpuTrainer *t) { return t->shards.shard && t->shards.on_host; }
+
 // The trainer of the model host_params (fp32, checkpoint order) with the settings s (checked,
 // and resolved for the model by gpu_settings_for_model). comm: the ranks' communicator
 // (NULL: one rank); rank of world.
@@ -65,6 +69,11 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     dp_init(&t->dp, comm, rank, world, s->zero_stage, t->model.stream);
     if (t->fp8.auto_pick) trainer_fp8_auto(t);
     optimizer_create(&t->opt, &t->model, host_params, s, &t->dp, &t->fp8);
+    if (s->zero_stage == 3) {  // one rank with --offload 2: the shard (the whole model) in host memory
+        param_shards_init(&t->shards, &t->model, &t->opt.zl, comm, rank, host_params,
+                          world == 1 && s->offload == OFFLOAD_STAGED);
+        t->opt.ps = &t->shards;
+    }
     dp_bind_gradients(&t->dp, &t->model, &t->opt.zl, t->opt.gshard);
     CUDA_CHECK(cudaMalloc(&t->info, INFO_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(t->info, 0, INFO_SLOTS * sizeof(float)));
@@ -81,6 +90,7 @@ static void trainer_free(GpuTrainer *t) {
     batch_stager_free(&t->batch);
     cudaFree(t->info);
     optimizer_free(&t->opt);
+    param_shards_free(&t->shards);
     dp_free(&t->dp);
     fp8_layers_free(&t->fp8);
     gpt2_free(&t->model);

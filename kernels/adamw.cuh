@@ -113,11 +113,14 @@ static void adamw_step_upload(AdamWStepBuf *b, float lr, float beta1, float beta
 // (V = X128::size where every run is 16-byte aligned: one 16-byte access per tensor instead
 // of V scalar ones; 1 otherwise). seed_index0: the index within the tensor of the run's
 // first element at s = 0 (the rounding noise hashes the index within the tensor, so a
-// sharded run rounds every element exactly as an unsharded one, whatever V).
+// sharded run rounds every element exactly as an unsharded one, whatever V). Run s's
+// parameters start at params + s * param_stride (stride in the model's tensors, the chunk
+// length in -z 3's compact shard).
 template <int V, typename MT>
-__global__ void adamw_kernel(floatX *params, float *master, const floatX *grads, size_t grad_stride, MT *m, MT *v,
-                             size_t len, size_t stride, size_t seed_index0, float beta1, float beta2, float eps,
-                             float wd, const float *info, const AdamWStep *st, uint32_t tensor_seed) {
+__global__ void adamw_kernel(floatX *params, size_t param_stride, float *master, const floatX *grads,
+                             size_t grad_stride, MT *m, MT *v, size_t len, size_t stride, size_t seed_index0,
+                             float beta1, float beta2, float eps, float wd, const float *info, const AdamWStep *st,
+                             uint32_t tensor_seed) {
     size_t j = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= len) return;
     float norm = info[INFO_NORM], clip = info[INFO_CLIP], loss = info[INFO_LOSS];
@@ -125,13 +128,14 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
     const uint32_t seed = st->seed ^ tensor_seed;
     if (update_rule(loss, norm, max_loss, max_norm) != UPDATE_APPLIED) return;
     size_t p = (size_t)blockIdx.y * stride + j, q = (size_t)blockIdx.y * len + j;
+    floatX *param = params + (size_t)blockIdx.y * param_stride + j;
     alignas(16) floatX gr[V], pr[V];
     alignas(16) float mm[V], vv[V], ww[V];
     copy_run<V>(gr, grads + (size_t)blockIdx.y * grad_stride + j);
     load_moments<V>(mm, m + q);
     load_moments<V>(vv, v + q);
     if (master) copy_run<V>(ww, master + q);
-    else copy_run<V>(pr, params + p);
+    else copy_run<V>(pr, param);
 #pragma unroll
     for (int k = 0; k < V; k++) {
         float g = to_float(gr[k]) * clip;
@@ -146,23 +150,24 @@ __global__ void adamw_kernel(floatX *params, float *master, const floatX *grads,
     store_moments<V>(m + q, mm, seed_index0 + p, seed ^ 0x68E31DA4u);
     store_moments<V>(v + q, vv, seed_index0 + p, seed ^ 0xB5297A4Du);
     if (master) copy_run<V>(master + q, ww);
-    copy_run<V>(params + p, pr);
+    copy_run<V>(param, pr);
 }
 
 template <typename MT>
-static void adamw_launch(floatX *params, float *master, const floatX *grads, size_t grad_stride, MT *m, MT *v,
-                         int slabs, size_t len, size_t stride, size_t seed_index0, float beta1, float beta2, float eps,
-                         float wd, const float *info, const AdamWStep *st, uint32_t tensor_seed, cudaStream_t s) {
+static void adamw_launch(floatX *params, size_t param_stride, float *master, const floatX *grads, size_t grad_stride,
+                         MT *m, MT *v, int slabs, size_t len, size_t stride, size_t seed_index0, float beta1,
+                         float beta2, float eps, float wd, const float *info, const AdamWStep *st,
+                         uint32_t tensor_seed, cudaStream_t s) {
     constexpr int V = X128::size;
     const bool aligned16 =
         ((uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
-    if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0) {
+    if (aligned16 && len % V == 0 && stride % V == 0 && grad_stride % V == 0 && param_stride % V == 0) {
         dim3 grid(ceil_div((long)(len / V), 256), slabs);
-        adamw_kernel<V, MT><<<grid, 256, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0,
+        adamw_kernel<V, MT><<<grid, 256, 0, s>>>(params, param_stride, master, grads, grad_stride, m, v, len, stride, seed_index0,
                                                  beta1, beta2, eps, wd, info, st, tensor_seed);
     } else {
         dim3 grid(ceil_div((long)len, 512), slabs);
-        adamw_kernel<1, MT><<<grid, 512, 0, s>>>(params, master, grads, grad_stride, m, v, len, stride, seed_index0,
+        adamw_kernel<1, MT><<<grid, 512, 0, s>>>(params, param_stride, master, grads, grad_stride, m, v, len, stride, seed_index0,
                                                  beta1, beta2, eps, wd, info, st, tensor_seed);
     }
     LAUNCH_CHECK();
@@ -170,16 +175,16 @@ static void adamw_launch(floatX *params, float *master, const floatX *grads, siz
 
 // m and v: fp32, or bf16 when moments_bf16; each points at the run's first moment. st: the
 // step's values (adamw_step_upload); tensor_seed: the tensor's part of the rounding seed
-static void adamw_update(floatX *params, float *master, const floatX *grads, size_t grad_stride, void *m, void *v,
-                         int moments_bf16, int slabs, size_t len, size_t stride, size_t seed_index0, float beta1,
-                         float beta2, float eps, float wd, const float *info, const AdamWStep *st,
+static void adamw_update(floatX *params, size_t param_stride, float *master, const floatX *grads, size_t grad_stride,
+                         void *m, void *v, int moments_bf16, int slabs, size_t len, size_t stride, size_t seed_index0,
+                         float beta1, float beta2, float eps, float wd, const float *info, const AdamWStep *st,
                          uint32_t tensor_seed, cudaStream_t s) {
     if (moments_bf16)
-        adamw_launch(params, master, grads, grad_stride, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, slabs, len, stride,
-                     seed_index0, beta1, beta2, eps, wd, info, st, tensor_seed, s);
+        adamw_launch(params, param_stride, master, grads, grad_stride, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, slabs,
+                     len, stride, seed_index0, beta1, beta2, eps, wd, info, st, tensor_seed, s);
     else
-        adamw_launch(params, master, grads, grad_stride, (float *)m, (float *)v, slabs, len, stride, seed_index0,
-                     beta1, beta2, eps, wd, info, st, tensor_seed, s);
+        adamw_launch(params, param_stride, master, grads, grad_stride, (float *)m, (float *)v, slabs, len, stride,
+                     seed_index0, beta1, beta2, eps, wd, info, st, tensor_seed, s);
 }
 
 // Bytes of one moment on the device.

@@ -37,8 +37,9 @@
 #   SKIP_TESTS=1   leaves out 1 and 8
 #   FLAGS="..."    extra trainer options for 1-6 (e.g. FLAGS="--flash-attention 0")
 #   KILL_TRIALS=N  trials of the kill -9 loop
-#   KILL_VARIANTS="bf16 fp16 bf16x2 fp16x2"  the kill -9 loop's builds and ranks (default
-#                  bf16; bf16x2, fp16x2: 2 ranks sharing this GPU through --comm mpi)
+#   KILL_VARIANTS="bf16 fp16 bf16x2 fp16x2 bf16x2z3"  the kill -9 loop's builds and ranks
+#                  (default bf16; bf16x2, fp16x2: 2 ranks sharing this GPU through --comm mpi;
+#                  bf16x2z3: those with -z 3)
 #   FROM=N         start at section N (FROM=11 UPTO=11: the trace checks alone; sections
 #                  that use an earlier one's files, 8 those of 1, then fail)
 #   UPTO=N         stop after section N (UPTO=1: the tests only; with SKIP_TESTS=1 UPTO=6:
@@ -379,7 +380,8 @@ if [ ! -x ./prepro ]; then
     chmod +x "$prepro"
     touch -d @0 "$prepro"
 fi
-# each variant: bf16, fp16 (the fp16 build), bf16x2 and fp16x2 (2 ranks on this GPU, --comm mpi)
+# each variant: bf16, fp16 (the fp16 build), bf16x2 and fp16x2 (2 ranks on this GPU, --comm mpi),
+# bf16x2z3 (the same with -z 3)
 for v in $KILL_VARIANTS; do
     exe=$BIN/train_gpt2cu launch="" extra=""
     case $v in
@@ -387,7 +389,8 @@ for v in $KILL_VARIANTS; do
     fp16) exe=$BIN/train_gpt2cu_fp16 ;;
     bf16x2) launch="mpirun --oversubscribe --bind-to none -np 2" extra="--comm mpi" ;;
     fp16x2) exe=$BIN/train_gpt2cu_fp16 launch="mpirun --oversubscribe --bind-to none -np 2" extra="--comm mpi" ;;
-    *) fail "KILL_VARIANTS: unknown variant '$v' (bf16, fp16, bf16x2, fp16x2)"; continue ;;
+    bf16x2z3) launch="mpirun --oversubscribe --bind-to none -np 2" extra="--comm mpi -z 3" ;;
+    *) fail "KILL_VARIANTS: unknown variant '$v' (bf16, fp16, bf16x2, fp16x2, bf16x2z3)"; continue ;;
     esac
     run kill_resume "kill_$v" 480 env TRAINER="$exe" LAUNCH="$launch" EXTRA_FLAGS="$extra $FLAGS" \
         TRIALS="$KILL_TRIALS" PREPRO="$prepro" bash dev/test/test_kill_resume.sh

@@ -136,6 +136,67 @@ static void test_zero_slices(void) {
     free(full); free(back); free(shard); free(hits);
 }
 
+// -z 3: a layer's parameters are gathered from every rank's chunk of it (zero_chunk_at in the
+// rank's compact shard, MPI_Allgather here, NCCL's or the MPI backend's all-gather in the
+// trainer): the result must be the layer's slice of each tensor, wte and the other one-slice
+// tensors whole. And the update writes the shard at the optimizer state's own index: under a
+// staged cut [c0, c1) each piece's shard_offset + grad_at (the compact gradients' and
+// parameters' place) equals c0 + q (the state's).
+static void test_zero3_layer_gather(void) {
+    GPT2Config c = {64, 1000, 256, 3, 4, 96};
+    size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS];
+    int layers[NUM_PARAM_TENSORS];
+    gpt2_param_sizes(&c, sizes);
+    size_t n = 0;
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        layers[k] = gpt2_param_layers(&c, k);
+        offsets[k] = n;
+        n += sizes[k];
+    }
+    const int world = g_pg.world;
+    ZeroLayout z;
+    const char *bad = zero_layout_init(&z, sizes, layers, GPT2_PARAM_NAMES, NUM_PARAM_TENSORS, world);
+    CHECK(bad == NULL, "world %d should divide C=96's slices: %s", world, bad ? bad : "");
+    if (bad) return;
+    float *full = (float *)xmalloc(n * sizeof(float)), *shard = (float *)xmalloc(z.shard_elems * sizeof(float));
+    rank_values(11, full, n);
+    zero_gather_shard(&z, g_pg.rank, full, shard);
+    size_t most = 0;
+    for (int k = 0; k < z.ntensors; k++) most = z.t[k].slice > most ? z.t[k].slice : most;
+    float *slot = (float *)xmalloc(most * sizeof(float));
+    size_t wrong = 0, gathered = 0;
+    for (int k = 0; k < z.ntensors; k++) {
+        const ZeroTensor *t = &z.t[k];
+        for (int l = 0; l < t->layers; l++) {
+            const float *mine = shard + zero_chunk_at(t, l);
+            if (world > 1)
+                MPI_Allgather(mine, (int)t->chunk, MPI_FLOAT, slot, (int)t->chunk, MPI_FLOAT, MPI_COMM_WORLD);
+            else memcpy(slot, mine, t->chunk * sizeof(float));
+            wrong += memcmp(slot, full + offsets[k] + (size_t)l * t->slice, t->slice * sizeof(float)) != 0;
+            gathered++;
+        }
+    }
+    CHECK(wrong == 0, "%zu of %zu gathered layer slices differ from the model's", wrong, gathered);
+    // the staged update's cuts, at random
+    uint64_t s = rng_seed(77);
+    size_t mismatched = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        size_t c0 = (size_t)(rng_uniform(&s) * (double)z.shard_elems), c1 = c0 + 1 + (size_t)(rng_uniform(&s) * 5000.0);
+        if (c1 > z.shard_elems) c1 = z.shard_elems;
+        for (int k = 0; k < z.ntensors; k++) {
+            const ZeroTensor *t = &z.t[k];
+            int pieces = update_piece_count(t->shard_offset, t->layers, t->chunk, c0, c1);
+            for (int i = 0; i < pieces; i++) {
+                UpdatePiece p;
+                if (!update_piece(t->shard_offset, t->layers, t->chunk, t->slice, t->chunk, c0, c1, i, &p)) continue;
+                mismatched += t->shard_offset + p.grad_at != c0 + p.q;
+            }
+        }
+    }
+    CHECK(mismatched == 0, "%zu update pieces whose compact shard index is not the state's", mismatched);
+    free(full); free(shard); free(slot);
+}
+
 static long sum_over_ranks(const void *ctx, long v) { return pg_sum_long((const ProcessGroup *)ctx, v); }
 
 // -y 1 under ZeRO: every rank writes its state file of steps 3 and 6 (rank 0 the model too),
@@ -219,6 +280,7 @@ int main(int argc, char **argv) {
     run_case("data loader: rank parts == the single-process global batch", test_batch_split);
     run_case("sharded weights gathered into one checkpoint", test_checkpoint_gather);
     run_case("ZeRO slices: rank chunks tile the parameters, index map == gather", test_zero_slices);
+    run_case("ZeRO-3: layers gathered from the shards == the model's slices", test_zero3_layer_gather);
     run_case("-y 1: the newest checkpoint intact on every rank", test_resume_pick_all_ranks);
     run_case("-o: rank 0 locks it for the run's ranks, none refused", test_run_dir_lock_ranks);
     int failed = g_failed;

@@ -4,7 +4,8 @@
 // the settings that memory_suggestions names are those a brute force over every (B, r, ranks,
 // ZeRO stage, moments, offload) finds, each fits and keeps the tokens per step, --optimizer-state
 // bf16 only at the run's ranks and stage and only for a run with fp32 moments, --offload 2 only
-// at the run's ranks, stage and moments and only for a run without it; memory_budget_check
+// at the run's ranks, stage and moments and only for a run without it, -z 3 --offload 2 on one
+// rank only for a one-rank run below stage 3, with its moments; memory_budget_check
 // returns when the plan fits and otherwise exits through fatal() naming the budget, the need,
 // the breakdown and what fits; memory_limit_check does the same under the name of another
 // limit (a GPU's free memory); memory_budget_vs_card refuses a budget above the card's size.
@@ -15,7 +16,7 @@
 
 #define GIB ((size_t)1 << 30)
 #define MAX_B 64  // the largest micro-batch the random trials start from
-#define MAX_LINES 8
+#define MAX_LINES 10  // 4 recompute levels, 3 switches, 3 ZeRO stages
 
 // ---------------------------------------------------------------------------------------------
 // parse_bytes
@@ -84,16 +85,19 @@ static void test_micro_steps(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The fake plan: a fixed part (weights, buffers), the optimizer state (split over the ranks
-// from ZeRO-1 up), the gradients (split from ZeRO-2 up) and activations proportional to B
-// that shrink with each recompute level. Ranks whose bit is set in `impossible` cannot run.
+// The fake plan: a fixed part (buffers), the parameters (split over the ranks at ZeRO-3), the
+// optimizer state (split over the ranks from ZeRO-1 up), the gradients (split from ZeRO-2 up)
+// and activations proportional to B that shrink with each recompute level. Ranks whose bit is
+// set in `impossible` cannot run. ZeRO-3 on one rank with --offload 2 keeps the parameters in
+// host memory and only the two layers' slots they are copied into on the device, param / 8
+// here (a 16-layer model); on one rank without it the whole model stays on the device.
 // `opt` is the optimizer state with fp32 moments: a third fp32 master weights, two thirds
 // the moments m and v (4 bytes each per parameter); bf16 moments halve those two thirds and
 // leave the master weights, so with moments_bf16 the state is opt/3 + opt/3 = 2/3 of it.
 // With offload the whole state is in host memory: none of it on the device.
 
 typedef struct {
-    size_t fixed, opt, grad, act[MEMORY_MAX_RECOMPUTE + 1];
+    size_t fixed, param, opt, grad, act[MEMORY_MAX_RECOMPUTE + 1];
     unsigned impossible;  // bit k: 2^k ranks are impossible (SIZE_MAX)
 } FakePlan;
 
@@ -105,10 +109,22 @@ static size_t opt_bytes(const FakePlan *p, int moments_bf16) {
 static int g_plan_misuse = 0;  // the header asked about a setting it should never consider
 static MemorySetting g_plan_now;  // the run being checked: T and the tokens per step must be kept
 
+// the one-rank -z 3 --offload 2 switch of a one-rank run below stage 3 (its moments kept)
+static int host_params_switch(MemorySetting s) {
+    return g_plan_now.ranks == 1 && g_plan_now.zero_stage < 3 && s.ranks == 1 && s.zero_stage == 3 &&
+           s.offload == MEMORY_OFFLOAD_SUGGESTED && s.moments_bf16 == g_plan_now.moments_bf16;
+}
+
 static size_t fake_plan(const void *ctx, MemorySetting s) {
     const FakePlan *p = (const FakePlan *)ctx;
     if (s.B < 1 || s.recompute < 0 || s.recompute > MEMORY_MAX_RECOMPUTE || s.ranks < 1 || s.ranks > 8 ||
-        s.zero_stage < 0 || s.zero_stage > 2 || s.T != g_plan_now.T || s.total_batch != g_plan_now.total_batch)
+        s.zero_stage < 0 || s.zero_stage > 3 || s.T != g_plan_now.T || s.total_batch != g_plan_now.total_batch)
+        g_plan_misuse = 1;
+    // never fewer ranks, never below the stage of a run where it means something (several
+    // ranks, or -z 3 on one); -z 3 on one rank only as the run's own or its switch
+    if (s.ranks < g_plan_now.ranks ||
+        ((g_plan_now.ranks > 1 || g_plan_now.zero_stage == 3) && s.zero_stage < g_plan_now.zero_stage) ||
+        (s.ranks == 1 && s.zero_stage == 3 && g_plan_now.zero_stage != 3 && !host_params_switch(s)))
         g_plan_misuse = 1;
     // the moments: 0 or 1; a change only from fp32 to bf16, and only at the run's ranks and
     // ZeRO stage (the ZeRO lines keep the run's moments)
@@ -117,12 +133,11 @@ static size_t fake_plan(const void *ctx, MemorySetting s) {
          (g_plan_now.moments_bf16 || s.ranks != g_plan_now.ranks || s.zero_stage != g_plan_now.zero_stage)))
         g_plan_misuse = 1;
     // offload likewise: a run's own 0, 1 or 2, a change only from 0 to the suggested mode, at the
-    // run's ranks, stage and moments
+    // run's ranks, stage and moments, or to it with the one-rank -z 3 switch
     if ((s.offload != 0 && s.offload != 1 && s.offload != MEMORY_OFFLOAD_SUGGESTED) ||
-        (s.offload != g_plan_now.offload && (g_plan_now.offload || s.offload != MEMORY_OFFLOAD_SUGGESTED ||
-                                             s.ranks != g_plan_now.ranks ||
-                                             s.zero_stage != g_plan_now.zero_stage ||
-                                             s.moments_bf16 != g_plan_now.moments_bf16)))
+        (s.offload != g_plan_now.offload && !host_params_switch(s) &&
+         (g_plan_now.offload || s.offload != MEMORY_OFFLOAD_SUGGESTED || s.ranks != g_plan_now.ranks ||
+          s.zero_stage != g_plan_now.zero_stage || s.moments_bf16 != g_plan_now.moments_bf16)))
         g_plan_misuse = 1;
     for (int k = 0; k < 4; k++)
         if ((p->impossible >> k & 1) && s.ranks == 1 << k) return SIZE_MAX;
@@ -130,7 +145,10 @@ static size_t fake_plan(const void *ctx, MemorySetting s) {
     size_t opt = s.offload ? 0 : opt_bytes(p, s.moments_bf16 != 0);
     if (s.ranks > 1 && s.zero_stage >= 1) opt /= (size_t)s.ranks;
     size_t grad = s.ranks > 1 && s.zero_stage >= 2 ? p->grad / (size_t)s.ranks : p->grad;
-    return p->fixed + opt + grad + (size_t)s.B * p->act[s.recompute];
+    size_t param = p->param;
+    if (s.zero_stage == 3 && s.ranks > 1) param /= (size_t)s.ranks;
+    if (s.zero_stage == 3 && s.ranks == 1 && s.offload == MEMORY_OFFLOAD_SUGGESTED) param /= 8;
+    return p->fixed + param + opt + grad + (size_t)s.B * p->act[s.recompute];
 }
 
 // whether s fits, computed here without the header: a plan within the budget and a whole
@@ -147,8 +165,9 @@ typedef struct {
 } Line;
 
 // Parses the flags of one line on top of now; returns 0 (with the reason in *why) when the
-// line is not in the documented form (flags in the order --optimizer-state, --offload, -z, -r, -b),
-// names a flag at now's value, or states a wrong micro-step count or need.
+// line is not in the documented form (flags in the order --optimizer-state, --offload, -z, -r, -b;
+// -z with its ranks and mpirun on several ranks, alone on one), names a flag at now's value, or
+// states a wrong micro-step count or need.
 static int parse_line(const char *line, MemorySetting now, const FakePlan *p, MemorySetting *s, const char **why) {
     *s = now;
     const char *q = line;
@@ -173,8 +192,15 @@ static int parse_line(const char *line, MemorySetting now, const FakePlan *p, Me
         if (!strncmp(q, " -", 2)) q++;
     }
     if (!strncmp(q, "-z ", 3)) {
-        if (sscanf(q, "-z %d over %d ranks (mpirun -np %d)%n", &a, &b, &c, &n) != 3 || n < 0 || b != c)
-            return *why = "bad -z text", 0;
+        if (sscanf(q, "-z %d over %d ranks (mpirun -np %d)%n", &a, &b, &c, &n) == 3 && n >= 0) {
+            if (b != c || b < 2) return *why = "bad -z over ranks text", 0;
+        } else {  // one rank: the stage alone, followed by the next flag or the need
+            n = -1;
+            if (sscanf(q, "-z %d%n", &a, &n) != 1 || n < 0 || (q[n] != ':' && strncmp(q + n, " -", 2)))
+                return *why = "bad -z text", 0;
+            if (now.ranks != 1) return *why = "-z without its ranks on several ranks", 0;
+            b = 1;
+        }
         s->zero_stage = a;
         s->ranks = b;
         q += n;
@@ -268,45 +294,49 @@ static int covered(const MemorySetting *out, int n, int r) {
 // moments with now's ranks, stage and offload at the lowest recompute level from now's up where
 // a B above every line before at that level or below fits, with the largest B there; then, for
 // a run without offload, offload with now's ranks, stage and moments, chosen the same way
-// (against the bf16 line too); then ZeRO-1 and ZeRO-2 (not below now's stage on several ranks) with now's
+// (against the bf16 line too); then, for a one-rank run below stage 3, -z 3 with offload 2 on
+// one rank and now's moments, chosen the same way (against all the lines before); then ZeRO-1,
+// 2 and 3 (not below now's stage where it has one: several ranks, or -z 3 on one) with now's
 // moments and offload, each at the fewest ranks where some (B, r) fits (now's own ranks when it
 // has several and the stage is above its own, then doubling up to 8), with the least
 // recomputation that fits there and the largest B at it.
-// Returns the count of local lines in *n_local, of bf16 lines (0 or 1) in *n_lean and of
-// offload lines (0 or 1) in *n_off; the ZeRO lines follow.
+// Returns the count of local lines in *n_local, of bf16 lines (0 or 1) in *n_lean, of offload
+// lines (0 or 1) in *n_off and of one-rank -z 3 lines (0 or 1) in *n_host; the ZeRO lines follow.
 static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemorySetting *out, int *n_local,
-                    int *n_lean, int *n_off) {
-    // [moments][offload][log2 ranks][stage][r]: the largest B that fits, 0: none
-    static int best[2][2][4][3][MEMORY_MAX_RECOMPUTE + 1];
+                    int *n_lean, int *n_off, int *n_host) {
+    // [moments][offload][log2 ranks][stage][r]: the largest B that fits, 0: none; offload index 1
+    // is now's offload if it has one, else the suggested mode; index 2 the suggested mode
+    static int best[2][3][4][4][MEMORY_MAX_RECOMPUTE + 1];
+    const int offload_of[3] = {0, now.offload ? now.offload : MEMORY_OFFLOAD_SUGGESTED, MEMORY_OFFLOAD_SUGGESTED};
     for (int mo = 0; mo < 2; mo++)
-        for (int of = 0; of < 2; of++)
+        for (int of = 0; of < 3; of++)
             for (int k = 0; k < 4; k++)
-                for (int st = 0; st < 3; st++)
+                for (int st = 0; st < 4; st++)
                     for (int r = 0; r <= MEMORY_MAX_RECOMPUTE; r++) {
                         best[mo][of][k][st][r] = 0;
                         for (int B = 1; B <= now.B; B++)
                             if (fits(p, with_offload(setting(B, r, 1 << k, st, now.total_batch, now.T, mo),
-                                                     of ? (now.offload ? now.offload : MEMORY_OFFLOAD_SUGGESTED) : 0),
+                                                     offload_of[of]),
                                      budget))
                                 best[mo][of][k][st][r] = B;
                     }
     int n = 0, k_now = now.ranks == 1 ? 0 : now.ranks == 2 ? 1 : now.ranks == 4 ? 2 : 3;
-    int mo_now = now.moments_bf16, of_now = now.offload, st_now = now.zero_stage;
+    int mo_now = now.moments_bf16, of_now = now.offload != 0, st_now = now.zero_stage;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = best[mo_now][of_now][k_now][st_now][r];
         if (b > covered(out, n, r))
-            out[n++] = with_offload(setting(b, r, now.ranks, st_now, now.total_batch, now.T, mo_now), of_now);
+            out[n++] = with_offload(setting(b, r, now.ranks, st_now, now.total_batch, now.T, mo_now), now.offload);
         if (b == now.B) break;
     }
     *n_local = n;
-    *n_lean = *n_off = 0;
+    *n_lean = *n_off = *n_host = 0;
     if (!now.moments_bf16) {
         int r = now.recompute;
         while (r <= MEMORY_MAX_RECOMPUTE && best[1][of_now][k_now][st_now][r] <= covered(out, n, r)) r++;
         if (r <= MEMORY_MAX_RECOMPUTE) {
             out[n++] = with_offload(setting(best[1][of_now][k_now][st_now][r], r, now.ranks, st_now, now.total_batch,
                                             now.T, 1),
-                                    of_now);
+                                    now.offload);
             *n_lean = 1;
         }
     }
@@ -320,14 +350,23 @@ static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemoryS
             *n_off = 1;
         }
     }
-    for (int st = now.ranks > 1 && st_now > 1 ? st_now : 1; st <= 2; st++) {
+    if (now.ranks == 1 && st_now < 3) {
+        int r = now.recompute;
+        while (r <= MEMORY_MAX_RECOMPUTE && best[mo_now][2][0][3][r] <= covered(out, n, r)) r++;
+        if (r <= MEMORY_MAX_RECOMPUTE) {
+            out[n++] = with_offload(setting(best[mo_now][2][0][3][r], r, 1, 3, now.total_batch, now.T, mo_now),
+                                    MEMORY_OFFLOAD_SUGGESTED);
+            *n_host = 1;
+        }
+    }
+    for (int st = now.ranks > 1 || st_now == 3 ? (st_now > 1 ? st_now : 1) : 1; st <= 3; st++) {
         int found = 0;
         for (int k = k_now > 0 ? k_now : 1; k <= 3 && !found; k++)
             for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !found; r++)
                 if (!(k == k_now && st <= st_now) && best[mo_now][of_now][k][st][r]) {
                     out[n++] = with_offload(
                         setting(best[mo_now][of_now][k][st][r], r, 1 << k, st, now.total_batch, now.T, mo_now),
-                        of_now);
+                        now.offload);
                     found = 1;
                 }
     }
@@ -362,14 +401,16 @@ static void free_memory_child(const char *verbose) {
 // ---------------------------------------------------------------------------------------------
 // hand-written cases
 
-// 2 GiB fixed, 12 GiB optimizer (8 GiB with bf16 moments: 4 master weights, 2 + 2 moments), 4 GiB
-// gradients, activations 1/2, 1/4, 1/8, 1/8 GiB per sequence of the batch at recompute levels 0-3 (3
-// saves nothing more here, so the exact texts below have no -r 3 line);
+// 2 GiB of parameters (nothing else fixed), 12 GiB optimizer (8 GiB with bf16 moments: 4 master
+// weights, 2 + 2 moments), 4 GiB gradients, activations 1/2, 1/4, 1/8, 1/8 GiB per sequence of the
+// batch at recompute levels 0-3 (3 saves nothing more here, so the exact texts below have no -r 3
+// line);
 // with --offload 2 the 12 GiB of optimizer state leave the device (6 GiB before activations):
-// its line comes wherever that gives a larger B than every line before it;
+// its line comes wherever that gives a larger B than every line before it; -z 3 --offload 2 on
+// one GPU leaves 0.25 GiB of the parameters (4.25 GiB before activations);
 // a single GPU at B 64, T 1024, 512 Ki tokens per step, fp32 moments. Before activations: 18 GiB
-// (14 with bf16 moments) on one GPU; ZeRO-1 over 2 ranks 12 GiB, ZeRO-2 over 2 ranks 10 GiB.
-static const FakePlan hand_plan = {2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8, GIB / 8}, 0};
+// (14 with bf16 moments) on one GPU; over 2 ranks ZeRO-1 12 GiB, ZeRO-2 10 GiB, ZeRO-3 9 GiB.
+static const FakePlan hand_plan = {0, 2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8, GIB / 8}, 0};
 static MemorySetting hand_now(void) { return setting(64, 0, 1, 0, 64L * 1024 * 8, 1024, 0); }
 
 // runs memory_suggestions and checks its count and exact text, and that the plan was asked
@@ -389,82 +430,107 @@ static void test_hand_local_and_zero(void) {
     // 24 GiB: 18 GiB before activations leaves 6 for B at 1/2, 1/4, 1/8 GiB each: 12, 24, 48,
     // the largest divisors of 512 below them are 8, 16, 32; bf16 moments (14 GiB leaves 10)
     // give B 16 at -r 0, above -r 0's 8: listed there; --offload 2 (6 GiB before activations)
-    // B 32 at -r 0, above the 16 of the lines at -r 0; ZeRO-1 over 2 ranks leaves 12 GiB,
-    // B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB, B 28 -> 16
+    // B 32 at -r 0, above the 16 of the lines at -r 0; -z 3 --offload 2 (4.25 GiB) B 39 -> 32 at
+    // -r 0, no more than --offload 2's, at -r 1 B 79 -> the run's own 64 (no -b); ZeRO-1 over 2
+    // ranks leaves 12 GiB, B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB, B 28 -> 16;
+    // ZeRO-3 leaves 15, B 30 -> 16
     expect_suggestions("24 GiB", &hand_plan, hand_now(), 24 * GIB,
                        "\n  -b 8 (64 micro-steps per step): 22.00 GiB"
                        "\n  -r 1 -b 16 (32 micro-steps per step): 22.00 GiB"
                        "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB"
                        "\n  --optimizer-state bf16 -b 16 (32 micro-steps per step): 22.00 GiB"
                        "\n  --offload 2 -b 32 (16 micro-steps per step): 22.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1: 20.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 20.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 17.00 GiB "
                        "per GPU",
-                       7);
+                       9);
     // 16 GiB: nothing fits on one GPU with fp32 moments (18 GiB before activations); with bf16
     // moments 14 GiB leaves 2, B 4 at -r 0; ZeRO-1 over 2 ranks (fp32 moments, as the run) leaves
-    // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8
+    // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8; -z 3
+    // --offload 2 on one GPU leaves 11.75: B 23 -> 16 at -r 0 (as --offload 2), 47 -> 32 at -r 1;
+    // ZeRO-3 leaves 7, B 14 -> 8
     expect_suggestions("16 GiB", &hand_plan, hand_now(), 16 * GIB,
                        "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 13.00 GiB "
                        "per GPU",
-                       4);
+                       6);
 }
 
 static void test_hand_optimizer_state(void) {
     // 18.5 GiB: fp32 moments leave 0.5 GiB, B 1, 2, 4 at -r 0, 1, 2; bf16 moments leave 4.5 at
-    // -r 0, B 9 -> 8, larger than 4: listed after the local lines, at 18 GiB
+    // -r 0, B 9 -> 8, larger than 4: listed after the local lines, at 18 GiB; -z 3 --offload 2
+    // leaves 14.25: B 16 at -r 0 as --offload 2, B 32 at -r 1; ZeRO-3 leaves 9.5, B 19 -> 16
     expect_suggestions("18.5 GiB, bf16 beats -r 2", &hand_plan, hand_now(), 18 * GIB + GIB / 2,
                        "\n  -b 1 (512 micro-steps per step): 18.50 GiB"
                        "\n  -r 1 -b 2 (256 micro-steps per step): 18.50 GiB"
                        "\n  -r 2 -b 4 (128 micro-steps per step): 18.50 GiB"
                        "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 17.00 GiB "
                        "per GPU",
-                       7);
+                       9);
     // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5: at -r 0 B 10 -> 8, the
     // B of -r 2 with less recomputation: listed at -r 0 (not at -r 1's larger 16); --offload 2
-    // leaves 13 at -r 0, B 26 -> 16, above the bf16 line's 8
+    // leaves 13 at -r 0, B 26 -> 16, above the bf16 line's 8; -z 3 --offload 2 leaves 14.75: B 29
+    // -> 16 at -r 0, no more, B 59 -> 32 at -r 1; ZeRO-3 leaves 10, B 20 -> 16
     expect_suggestions("19 GiB, bf16 at -r 0 as -r 2", &hand_plan, hand_now(), 19 * GIB,
                        "\n  -b 2 (256 micro-steps per step): 19.00 GiB"
                        "\n  -r 1 -b 4 (128 micro-steps per step): 19.00 GiB"
                        "\n  -r 2 -b 8 (64 micro-steps per step): 19.00 GiB"
                        "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 17.00 GiB "
                        "per GPU",
-                       7);
+                       9);
     // 14.25 GiB: nothing with fp32 moments; with bf16 no B fits at -r 0 (14.5 for B 1), B 1 at
-    // -r 1: the lowest level where one fits, with the -r change
+    // -r 1: the lowest level where one fits, with the -r change; -z 3 --offload 2 leaves 10: B 16
+    // at -r 0 as --offload 2, B 32 at -r 1; ZeRO-3 leaves 5.25, B 10 -> 8
     expect_suggestions("14.25 GiB, bf16 at -r 1", &hand_plan, hand_now(), 14 * GIB + GIB / 4,
                        "\n  --optimizer-state bf16 -r 1 -b 1 (512 micro-steps per step): 14.25 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 13.00 GiB "
                        "per GPU",
-                       4);
+                       6);
     // a run at B 8 (32 Ki tokens per step) needs 22 GiB; with bf16 moments its own B and level
-    // fit in 18: the flag alone, with no micro-step count (B and the ranks are kept)
+    // fit in 18: the flag alone, with no micro-step count (B and the ranks are kept); --offload 2
+    // and -z 3 --offload 2 fit no larger B than the run's own
     MemorySetting now = setting(8, 0, 1, 0, 8L * 1024 * 4, 1024, 0);
     expect_suggestions("18 GiB, the flag alone", &hand_plan, now, 18 * GIB,
                        "\n  --optimizer-state bf16: 18.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 16.00 GiB per GPU"
-                       "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 14.00 GiB per GPU",
-                       3);
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 14.00 GiB per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 13.00 GiB per GPU",
+                       4);
     // a run with bf16 moments already (46 GiB): the local lines and ZeRO with its bf16 moments
-    // (14 GiB before activations leaves 2, B 4, 8, 16; --offload 2 leaves 10 at -r 0, B 16;
-    // ZeRO-1 over 2 ranks 2 + 4 + 4 leaves 6, B 12 -> 8; ZeRO-2 2 + 4 + 2 leaves 8, B 16),
-    // never --optimizer-state
+    // (14 GiB before activations leaves 2, B 4, 8, 16; --offload 2 leaves 10 at -r 0, B 16; -z 3
+    // --offload 2 leaves 11.75, B 16 at -r 0 as --offload 2, B 32 at -r 1; ZeRO-1 over 2 ranks
+    // 2 + 4 + 4 leaves 6, B 12 -> 8; ZeRO-2 2 + 4 + 2 leaves 8, B 16; ZeRO-3 1 + 4 + 2 leaves 9,
+    // B 18 -> 16), never --optimizer-state
     now = hand_now();
     now.moments_bf16 = 1;
     expect_suggestions("16 GiB, the run in bf16", &hand_plan, now, 16 * GIB,
@@ -472,22 +538,31 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 8 (64 micro-steps per step): 16.00 GiB"
                        "\n  -r 2 -b 16 (32 micro-steps per step): 16.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 16.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 15.00 GiB "
                        "per GPU",
-                       6);
-    // ... and at 13 GiB, below its 14 before activations: only ZeRO, with its bf16 moments
+                       8);
+    // ... and at 13 GiB, below its 14 before activations: offload and ZeRO, with its bf16 moments
+    // (-z 3 --offload 2 leaves 8.75 at -r 0, B 17 -> 16, above --offload 2's 8; ZeRO-3 leaves 6,
+    // B 12 -> 8)
     expect_suggestions("13 GiB, the run in bf16", &hand_plan, now, 13 * GIB,
                        "\n  --offload 2 -b 8 (64 micro-steps per step): 10.00 GiB"
+                       "\n  --offload 2 -z 3 -b 16 (32 micro-steps per step): 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 12.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 11.00 GiB "
                        "per GPU",
-                       3);
+                       5);
     // 2 ranks at ZeRO-1 (12 GiB before activations; 10 with bf16 moments, sharded too), 12.25
     // GiB: fp32 B 0, 1, 2 at -r 0, 1, 2; bf16 leaves 2.25 at -r 0, B 4 (B divides 256): listed,
-    // at the run's ranks and stage; ZeRO-1 over 4 ranks (9 GiB) B 6 -> 4, ZeRO-2 over 2 (10) B 4
+    // at the run's ranks and stage; ZeRO-1 over 4 ranks (9 GiB) B 6 -> 4, ZeRO-2 over 2 (10) B 4,
+    // ZeRO-3 over 2 (9) B 6 -> 4; no one-rank -z 3 for a run on several ranks
     now = setting(64, 0, 2, 1, 64L * 1024 * 2 * 4, 1024, 0);
     expect_suggestions("2 ranks ZeRO-1, 12.25 GiB", &hand_plan, now, 12 * GIB + GIB / 4,
                        "\n  -r 1 -b 1 (256 micro-steps per step on each rank): 12.25 GiB per GPU"
@@ -497,8 +572,10 @@ static void test_hand_optimizer_state(void) {
                        "\n  -z 1 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 11.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 11.00 GiB "
                        "per GPU",
-                       6);
+                       7);
 }
 
 static void test_hand_recompute_not_worth_it(void) {
@@ -507,17 +584,21 @@ static void test_hand_recompute_not_worth_it(void) {
     p.act[1] = p.act[0];
     p.opt = 0;  // keeps ZeRO out of the way: it fits as well as the local settings do
     p.grad = 0;
+    // (-z 3 --offload 2 leaves 7.75: B 15 -> 8 at -r 0 and 1, 32 at -r 2, none larger; ZeRO-3 over
+    // 2 ranks leaves 7, B 14 -> 8)
     expect_suggestions("r1 = r0", &p, hand_now(), 2 * GIB + 6 * GIB,
                        "\n  -b 8 (64 micro-steps per step): 6.00 GiB"
                        "\n  -r 2 -b 32 (16 micro-steps per step): 6.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 6.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 6.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 5.00 GiB "
                        "per GPU",
-                       4);
+                       5);
     // a run at -r 1 whose B fits at -r 2: a smaller B at -r 1, then the recompute change alone,
     // then bf16 moments alone (14 GiB before activations, 8 for B 32 at -r 1); over 2 ranks the
-    // same B fits (12 GiB before activations)
+    // same B fits (12 GiB before activations); --offload 2 and -z 3 --offload 2 fit no larger B
     MemorySetting now = hand_now();
     now.B = 32;
     now.recompute = 1;
@@ -526,39 +607,95 @@ static void test_hand_recompute_not_worth_it(void) {
                        "\n  -b 16 (8 micro-steps per step): 22.00 GiB\n  -r 2: 22.00 GiB"
                        "\n  --optimizer-state bf16: 22.00 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 20.00 GiB per GPU"
-                       "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 18.00 GiB per GPU",
-                       5);
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 18.00 GiB per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) (2 micro-steps per step on each rank): 17.00 GiB per GPU",
+                       6);
 }
 
 static void test_hand_impossible_and_nothing(void) {
     // 8 GiB: ZeRO-1 fits first over 8 ranks (2 + 1.5 + 4, B 1 at 1/2), ZeRO-2 over 4 already
-    // (2 + 3 + 1, B 4): each stage at its own fewest ranks
+    // (2 + 3 + 1, B 4), ZeRO-3 too (0.5 + 3 + 1, B 7 -> 4): each stage at its own fewest ranks;
+    // -z 3 --offload 2 on one GPU leaves 3.75, B 7 -> 4 at -r 0 as --offload 2, B 15 -> 8 at -r 1
     expect_suggestions("8 GiB", &hand_plan, hand_now(), 8 * GIB,
                        "\n  --offload 2 -b 4 (128 micro-steps per step): 8.00 GiB"
+                       "\n  --offload 2 -z 3 -r 1 -b 8 (64 micro-steps per step): 6.25 GiB"
                        "\n  -z 1 over 8 ranks (mpirun -np 8) -b 1 (64 micro-steps per step on each rank): 8.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 8.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 6.50 GiB "
+                       "per GPU",
+                       5);
+    // 5.5 GiB: -z 3 --offload 2 on one GPU (4.25 GiB before activations, B 2), ZeRO-2 only over 8
+    // ranks (4 GiB, B 3 -> 2), ZeRO-3 over 4 (4.5 GiB, B 2) ...
+    expect_suggestions("5.5 GiB", &hand_plan, hand_now(), 5 * GIB + GIB / 2,
+                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  -z 2 over 8 ranks (mpirun -np 8) -b 2 (32 micro-steps per step on each rank): 5.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 4 ranks (mpirun -np 4) -b 2 (64 micro-steps per step on each rank): 5.50 GiB "
                        "per GPU",
                        3);
-    // 5.5 GiB: only ZeRO-2 over 8 ranks fits (4 GiB before activations, B 3 -> 2) ...
-    expect_suggestions("5.5 GiB", &hand_plan, hand_now(), 5 * GIB + GIB / 2,
-                       "\n  -z 2 over 8 ranks (mpirun -np 8) -b 2 (32 micro-steps per step on each rank): 5.00 GiB "
-                       "per GPU",
-                       1);
-    // ... and when the plan marks 8 ranks impossible, nothing is suggested
+    // ... when the plan marks 8 ranks impossible, ZeRO-2 is not suggested ...
     FakePlan p = hand_plan;
     p.impossible = 1u << 3;
-    expect_suggestions("8 ranks impossible", &p, hand_now(), 5 * GIB + GIB / 2, "", 0);
-    // below the fixed part nothing fits anywhere
+    expect_suggestions("8 ranks impossible", &p, hand_now(), 5 * GIB + GIB / 2,
+                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  -z 3 over 4 ranks (mpirun -np 4) -b 2 (64 micro-steps per step on each rank): 5.50 GiB "
+                       "per GPU",
+                       2);
+    // ... and with 2, 4 and 8 ranks impossible only the one GPU with its parameters in host memory is
+    p.impossible = 1u << 1 | 1u << 2 | 1u << 3;
+    expect_suggestions("only -z 3 --offload 2", &p, hand_now(), 5 * GIB + GIB / 2,
+                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB", 1);
+    // below 2.25 GiB (ZeRO-3 over 8 ranks before activations) nothing fits anywhere
     expect_suggestions("1 GiB", &hand_plan, hand_now(), GIB, "", 0);
 }
 
+static void test_hand_zero3(void) {
+    // a run that offloads already (38 GiB), 5.5 GiB: nothing at its own stage (6 GiB before
+    // activations, the optimizer state being off the device already); -z 3 alone on one GPU
+    // (4.25, B 2); ZeRO-1 over any ranks keeps 6; ZeRO-2 over 2 ranks 4, B 3 -> 2; ZeRO-3 over 2
+    // ranks 3, B 5 -> 4
+    MemorySetting now = hand_now();
+    now.offload = MEMORY_OFFLOAD_SUGGESTED;
+    expect_suggestions("offload already, 5.5 GiB", &hand_plan, now, 5 * GIB + GIB / 2,
+                       "\n  -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 2 (128 micro-steps per step on each rank): 5.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 5.00 GiB "
+                       "per GPU",
+                       3);
+    // --offload 1 (the optimizer state mapped, not staged) to -z 3 --offload 2: both flags
+    now.offload = 1;
+    expect_suggestions("offload 1, 5.5 GiB", &hand_plan, now, 5 * GIB + GIB / 2,
+                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 2 (128 micro-steps per step on each rank): 5.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 5.00 GiB "
+                       "per GPU",
+                       3);
+    // a run at -z 3 --offload 2 on one GPU (36.25 GiB), 8 GiB: its own levels (3.75 GiB for
+    // activations, B 7 -> 4, 15 -> 8, 30 -> 16), never a lower stage; over 2 ranks -z 3 keeps
+    // the parameters on the device, 1 + 2 GiB, B 10 -> 8
+    now.zero_stage = 3;
+    now.offload = MEMORY_OFFLOAD_SUGGESTED;
+    expect_suggestions("one GPU at -z 3, 8 GiB", &hand_plan, now, 8 * GIB,
+                       "\n  -b 4 (128 micro-steps per step): 6.25 GiB"
+                       "\n  -r 1 -b 8 (64 micro-steps per step): 6.25 GiB"
+                       "\n  -r 2 -b 16 (32 micro-steps per step): 6.25 GiB"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 7.00 GiB "
+                       "per GPU",
+                       4);
+}
+
 static void test_hand_several_ranks(void) {
-    // a run on 2 ranks with ZeRO-1 is offered ZeRO-2 or more ranks, never ZeRO-1 or ZeRO-0 again
+    // a run on 2 ranks with ZeRO-1 is offered ZeRO-2, ZeRO-3 or more ranks, never ZeRO-1 or ZeRO-0
+    // again, nor one rank
     MemorySetting now = setting(64, 0, 2, 1, 64L * 1024 * 2 * 4, 1024, 0);
     char msg[2048];
     Line lines[MAX_LINES];
     char err[256];
+    int zero3 = 0;
     g_plan_now = now;
     g_plan_misuse = 0;
     for (size_t budget = 8 * GIB; budget <= 20 * GIB; budget += GIB / 4) {
@@ -569,11 +706,13 @@ static void test_hand_several_ranks(void) {
             MemorySetting s = lines[i].s;
             CHECK(fits(&hand_plan, s, budget), "budget %zu: '%s' does not fit", budget, lines[i].text);
             if (s.ranks == now.ranks && s.zero_stage == now.zero_stage) continue;  // a local or bf16 line
-            CHECK(s.zero_stage == 2 || (s.zero_stage == 1 && s.ranks > now.ranks),
-                  "budget %zu: '%s' is not ZeRO-2 or more ranks", budget, lines[i].text);
+            CHECK(s.zero_stage >= 2 || (s.zero_stage == 1 && s.ranks > now.ranks),
+                  "budget %zu: '%s' is not ZeRO-2, ZeRO-3 or more ranks", budget, lines[i].text);
+            zero3 += s.zero_stage == 3;
             CHECK(s.moments_bf16 == now.moments_bf16, "budget %zu: '%s' changes the moments", budget, lines[i].text);
         }
     }
+    CHECK(zero3 > 0, "no budget from 8 to 20 GiB got a ZeRO-3 line");
     CHECK(!g_plan_misuse, "the plan was asked about a setting outside the search");
 }
 
@@ -611,7 +750,8 @@ static void test_budget_check(void) {
     g_check_budget = 16 * GIB;
     expect_failure("16 GiB, what fits", check_child, "1", "settings that fit:",
                    "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
-                   "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB\n  -z 1 over 2 ranks",
+                   "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
+                   "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB\n  -z 1 over 2 ranks",
                    "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB");
     // one byte short of the exact need
     g_check_budget = 50 * GIB - 1;
@@ -659,12 +799,16 @@ static uint64_t seed_arg = 0;
 static size_t rand_range(size_t lo, size_t hi) { return lo + (size_t)(rng_next_u64(&g_rng) % (hi - lo + 1)); }
 
 // what the trials covered, by the brute force: the bf16 line listed; bf16 moments fit
-// somewhere at the run's ranks and stage but gave no larger B; runs already in bf16
-static int g_lean_listed, g_lean_not_larger, g_run_bf16, g_off_listed, g_run_offload;
+// somewhere at the run's ranks and stage but gave no larger B; runs already in bf16; the
+// offload line; runs with offload; the one-rank -z 3 line; a ZeRO-3 line over several ranks;
+// one-rank runs at -z 3
+static int g_lean_listed, g_lean_not_larger, g_run_bf16, g_off_listed, g_run_offload, g_host_listed, g_zero3_listed,
+    g_run_host;
 
 static void random_trial(int trial, int *checked) {
     FakePlan p;
     p.fixed = rand_range(GIB / 2, 4 * GIB);
+    p.param = rand_range(0, 4 * GIB);
     p.opt = rand_range(0, 24 * GIB);
     p.grad = rand_range(0, 8 * GIB);
     p.act[0] = rand_range(GIB / 256, GIB);
@@ -676,11 +820,12 @@ static void random_trial(int trial, int *checked) {
     int T = Ts[rand_range(0, 2)];
     int B = rand_range(0, 1) ? Bs[rand_range(0, 5)] : (int)rand_range(1, MAX_B);
     int ranks = rand_range(0, 9) < 6 ? 1 : rand_range(0, 1) ? 2 : 4;
-    int stage = ranks > 1 ? (int)rand_range(0, 2) : 0;  // one rank has nothing to shard (gpu/settings.cuh)
+    // one rank has nothing to shard but its parameters, -z 3 (its stage 1 or 2 becomes 0: gpu/settings.cuh)
+    int stage = ranks > 1 ? (int)rand_range(0, 3) : rand_range(0, 4) == 0 ? 3 : 0;
     // a quarter of the runs have bf16 moments already: no --optimizer-state line for them
     int moments = rand_range(0, 3) == 0;
     MemorySetting now = setting(B, (int)rand_range(0, MEMORY_MAX_RECOMPUTE), ranks, stage, 0, T, moments);
-    now.offload = rand_range(0, 3) == 0;  // likewise a quarter offload already
+    now.offload = rand_range(0, 3) == 0 ? (int)rand_range(1, 2) : 0;  // likewise a quarter offload already
     now.total_batch = (long)B * T * ranks * (long)rand_range(1, 16);
     p.impossible = 0;
     for (int k = 1; k <= 3; k++)
@@ -692,24 +837,27 @@ static void random_trial(int trial, int *checked) {
     size_t budget = rand_range(p.fixed / 2, need_now - 1);
     if (rand_range(0, 2) == 0) {
         MemorySetting o = setting((int)rand_range(1, B), (int)rand_range(0, 2), 1 << rand_range(0, 3),
-                                  (int)rand_range(0, 2), now.total_batch, T, (int)rand_range(0, 1));
-        o.offload = (int)rand_range(0, 1);
+                                  (int)rand_range(0, 3), now.total_batch, T, (int)rand_range(0, 1));
+        o.offload = (int)rand_range(0, 2);
         size_t n = fake_plan(&p, o);
         if (n < need_now) budget = n;
     }
     char msg[2048], err[300];
     Line lines[MAX_LINES];
     MemorySetting want[MAX_LINES];
-    int n_local, n_lean, n_off;
+    int n_local, n_lean, n_off, n_host;
     g_plan_misuse = 0;
     int n = memory_suggestions(budget, now, fake_plan, &p, msg, sizeof msg);
     int fake_misuse = g_plan_misuse;  // the brute force below asks about every setting
     int got = parse_msg(msg, now, &p, lines, err, sizeof err);
-    int n_want = expected(&p, now, budget, want, &n_local, &n_lean, &n_off);
+    int n_want = expected(&p, now, budget, want, &n_local, &n_lean, &n_off, &n_host);
     g_run_bf16 += now.moments_bf16;
     g_lean_listed += n_lean;
     g_off_listed += n_off;
-    g_run_offload += now.offload;
+    g_run_offload += now.offload != 0;
+    g_host_listed += n_host;
+    g_run_host += ranks == 1 && stage == 3;
+    for (int i = n_local + n_lean + n_off + n_host; i < n_want; i++) g_zero3_listed += want[i].zero_stage == 3;
     if (!now.moments_bf16 && !n_lean && (n_local == 0 || want[n_local - 1].B < now.B)) {
         int any = 0;  // some B fits with bf16 moments at the run's ranks and stage
         for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++)
@@ -718,24 +866,26 @@ static void random_trial(int trial, int *checked) {
         g_lean_not_larger += any;
     }
     (*checked)++;
-    char desc[400];
+    char desc[480];
     snprintf(desc, sizeof desc,
              "trial %d (seed %llu): now B %d r %d ranks %d z %d tokens %ld T %d bf16 %d offload %d, budget %zu, "
-             "plan {%zu %zu %zu %zu %zu %zu %zu imp %u}",
+             "plan {%zu %zu %zu %zu %zu %zu %zu %zu imp %u}",
              trial, (unsigned long long)seed_arg, now.B, now.recompute, now.ranks, now.zero_stage, now.total_batch,
-             now.T, now.moments_bf16, now.offload, budget, p.fixed, p.opt, p.grad, p.act[0], p.act[1], p.act[2],
-             p.act[3], p.impossible);
+             now.T, now.moments_bf16, now.offload, budget, p.fixed, p.param, p.opt, p.grad, p.act[0], p.act[1],
+             p.act[2], p.act[3], p.impossible);
     CHECK(!fake_misuse,
           "%s: the plan was asked about a setting that changes T, the tokens per step, ranges, the moments "
-          "other than fp32 -> bf16 at the run's ranks and stage, or offload other than 0 -> 2 at the run's ranks, "
-          "stage and moments",
+          "other than fp32 -> bf16 at the run's ranks and stage, offload other than 0 -> 2 at the run's ranks, "
+          "stage and moments, fewer ranks, a lower stage, or -z 3 on one rank other than with --offload 2 from a "
+          "one-rank run below it",
           desc);
     CHECK(got == n, "%s: returned %d, parsed %d lines (%s):%s", desc, n, got, got < 0 ? err : "", msg);
     if (got < 0) return;
     for (int i = 0; i < got; i++)
         CHECK(fits(&p, lines[i].s, budget), "%s: '%s' does not fit", desc, lines[i].text);
     // the lines at now's ranks, stage and moments come first and are the brute force's, then
-    // the bf16 line (at now's ranks and stage), then the ZeRO lines
+    // the bf16 line (at now's ranks and stage), the offload line (at now's stage), the one-rank
+    // -z 3 line, then the ZeRO lines
     int local = 0;
     while (local < got && lines[local].s.ranks == now.ranks && lines[local].s.zero_stage == now.zero_stage &&
            lines[local].s.moments_bf16 == now.moments_bf16 && lines[local].s.offload == now.offload)
@@ -751,14 +901,23 @@ static void random_trial(int trial, int *checked) {
     CHECK(ok, "%s: --optimizer-state bf16 lines differ from the brute force (%d expected, B %d r %d):%s", desc,
           n_lean, n_lean ? want[n_local].B : 0, n_lean ? want[n_local].recompute : 0, msg);
     int off = 0;
-    while (local + lean + off < got && lines[local + lean + off].s.offload != now.offload) off++;
+    while (local + lean + off < got && lines[local + lean + off].s.offload != now.offload &&
+           lines[local + lean + off].s.zero_stage == now.zero_stage)
+        off++;
     ok = off == n_off;
     for (int i = local + lean; ok && i < local + lean + off; i++) ok = same(lines[i].s, want[i]);
     CHECK(ok, "%s: --offload 2 lines differ from the brute force (%d expected):%s", desc, n_off, msg);
+    int host = 0, before = local + lean + off;
+    while (before + host < got && lines[before + host].s.ranks == 1 && lines[before + host].s.zero_stage == 3 &&
+           now.zero_stage != 3)
+        host++;
+    ok = host == n_host;
+    for (int i = before; ok && i < before + host; i++) ok = same(lines[i].s, want[i]);
+    CHECK(ok, "%s: one-rank -z 3 lines differ from the brute force (%d expected):%s", desc, n_host, msg);
     ok = got == n_want;
-    for (int i = local + lean + off; ok && i < got; i++) ok = same(lines[i].s, want[i]);
-    CHECK(ok, "%s: ZeRO lines differ from the brute force (%d expected):%s", desc, n_want - n_local - n_lean - n_off,
-          msg);
+    for (int i = before + host; ok && i < got; i++) ok = same(lines[i].s, want[i]);
+    CHECK(ok, "%s: ZeRO lines differ from the brute force (%d expected):%s", desc,
+          n_want - n_local - n_lean - n_off - n_host, msg);
     // now and then the same through memory_budget_check: the fatal message ends in these lines
     if (trial % 64 == 0) {
         g_check_plan = p;
@@ -773,6 +932,7 @@ static void random_trial(int trial, int *checked) {
 static void test_random(void) {
     int checked = 0;
     g_lean_listed = g_lean_not_larger = g_run_bf16 = g_off_listed = g_run_offload = 0;
+    g_host_listed = g_zero3_listed = g_run_host = 0;
     for (int trial = 0; trial < 3000; trial++) random_trial(trial, &checked);
     CHECK(checked == 3000, "%d trials checked", checked);
     // the trials are meaningful only when each case came up
@@ -781,6 +941,9 @@ static void test_random(void) {
           "coverage: %d trials with the bf16 line, %d where bf16 gave no larger B, %d runs in bf16, %d with the "
           "offload line, %d runs with offload", g_lean_listed, g_lean_not_larger, g_run_bf16, g_off_listed,
           g_run_offload);
+    CHECK(g_host_listed >= 100 && g_zero3_listed >= 100 && g_run_host >= 100,
+          "coverage: %d trials with the one-rank -z 3 line, %d with a ZeRO-3 line over several ranks, %d one-rank "
+          "runs at -z 3", g_host_listed, g_zero3_listed, g_run_host);
 }
 
 int main(int argc, char **argv) {
@@ -795,6 +958,7 @@ int main(int argc, char **argv) {
     run_case("suggestions: impossible ranks, nothing fits", test_hand_impossible_and_nothing);
     run_case("suggestions: 2 ranks at ZeRO-1", test_hand_several_ranks);
     run_case("suggestions: --optimizer-state bf16 (hand)", test_hand_optimizer_state);
+    run_case("suggestions: -z 3 on one GPU and over ranks", test_hand_zero3);
     run_case("budget check: fits, or fatal() with what fits", test_budget_check);
     run_case("device limits: free memory, budget > card", test_device_limits);
     run_case("suggestions vs brute force (random)", test_random);

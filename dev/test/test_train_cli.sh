@@ -115,7 +115,15 @@ if [ -x ./train_gpt2cu ]; then
     # the GPU trainer's own flags, and multi-rank settings (ranks from the environment, as a
     # scheduler would give them; refused before any GPU or network work)
     TRAINER=./train_gpt2cu
-    expect_error "ZeRO stage out of range" "-z" $SMALL -z 3
+    expect_error "ZeRO stage out of range" "-z (ZeRO stage) must be 0, 1, 2 or 3, got 4" $SMALL -z 4
+    expect_error "-z 3 with --cuda-graph 1" "-z 3 with --cuda-graph 1" $SMALL -z 3 --cuda-graph 1
+    expect_error "-z 3 with --fp8 1" "-z 3 with --fp8 1" $SMALL -z 3 --fp8 1
+    # -z 3 plans wte, wpe, lnf and two layers' slots on the device (143.6M of d48's 1.56G parameters:
+    # 0.27 GiB) and, with one rank and --offload 2, the rest of the model in host memory
+    expect_error "-z 3 --offload 2 plans the parameters' slots only" "parameters 0.27 GiB, gradients 2.90" \
+        -e d48 -b 4 -t 1024 -d 524288 -r 3 -z 3 --offload 2 --max-device-memory 4G
+    expect_error "GPT-2 1.5B in 8 GiB: one GPU with the parameters in host memory fits" \
+        "--offload 2 -z 3 -b 1 (512 micro-steps per step)" -e d48 -b 16 -t 1024 -d 524288 -r 0 --max-device-memory 8G
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
     for v in 16X 1X 0 -1 0G; do
