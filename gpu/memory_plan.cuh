@@ -50,10 +50,12 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     }
     const size_t ns = zl.shard_elems, n = zl.n;
     size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
-    // -z 3: wte, wpe, lnf and two layers' slots, and the rank's shard (one rank with --offload 2: on the host)
-    d.params = zero3 ? (slotted_elems(c, 1, slot_offsets, &slot_elems) + (shard_on_host ? 0 : ns)) * sizeof(floatX)
+    // -z 3: wte, wpe, lnf and the layers' slots, and the rank's shard (one rank with --offload 2: on the host)
+    const int param_slots = 1 + s->prefetch_layers;
+    d.params = zero3 ? (slotted_elems(c, param_slots, slot_offsets, &slot_elems) + (shard_on_host ? 0 : ns)) *
+                           sizeof(floatX)
                      : n * sizeof(floatX);
-    d.grads = (slotted_elems(c, zero2, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
+    d.grads = (slotted_elems(c, zero2 ? 2 : 0, slot_offsets, &slot_elems) + (zero2 ? ns : 0)) * sizeof(floatX);
     const int has_master = optimizer_has_master(s);
     const size_t state = optimizer_state_bytes(ns, has_master, m.moments_bf16);
     d.optimizer = m.offload ? 0 : state;  // offload: in host memory
@@ -143,8 +145,8 @@ static void print_memory(const GPT2 *model, const Optimizer *o, const Fp8Layers 
     printf("memory: parameters %.0f MiB%s, gradients %.0f MiB, master weights %.0f MiB, AdamW moments %.0f MiB (%s%s), "
            "activations %.0f MiB, scratch %.0f MiB, cuBLAS workspace %.0f MiB; in use after setup %.0f MiB\n",
            param_bytes * mib,
-           !ps ? "" : ps->on_host ? " (wte, wpe, lnf and two layers' slots; the model in pinned host memory)"
-                                  : " (the rank's shard, wte, wpe, lnf and two layers' slots)",
+           !ps ? "" : ps->on_host ? " (wte, wpe, lnf and the layers' slots; the model in pinned host memory)"
+                                  : " (the rank's shard, wte, wpe, lnf and the layers' slots)",
            grad_bytes * mib, o->master ? ns * 4 * mib : 0.0, ns * moments * mib,
            o->moments_bf16 ? "bf16" : "fp32",
            o->offload == OFFLOAD_STAGED ? "; these and the master weights in pinned host memory, staged"
@@ -182,7 +184,7 @@ static void memory_trace_list(MemoryTrace *m, const GpuTrainer *t) {
     const size_t X = sizeof(floatX), ns = o->zl.shard_elems, mb = adamw_moment_bytes(o->moments_bf16);
     if (!o->ps) memory_trace_add(m, "parameters", MEM_PARAMS, -1, g->num_params * X);
     else {
-        memory_trace_add(m, "parameters (wte, wpe, lnf and two layers' slots)", MEM_PARAMS, -1, g->param_elems * X);
+        memory_trace_add(m, "parameters (wte, wpe, lnf and the layers' slots)", MEM_PARAMS, -1, g->param_elems * X);
         if (!o->ps->on_host) memory_trace_add(m, "parameter shard (ZeRO-3)", MEM_PARAMS, -1, ns * X);
     }
     memory_trace_add(m, g->grad_slots ? "gradients (wte, wpe, lnf and two layers' slots)" : "gradients", MEM_GRADS, -1,

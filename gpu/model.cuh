@@ -37,23 +37,26 @@ typedef struct {
     void *ctx;
 } ParamHooks;
 
+// the most layer slots a buffer of parameters or gradients has
+#define MODEL_MAX_SLOTS 3
+
 typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAM_TENSORS], param_offsets[NUM_PARAM_TENSORS], num_params;
-    // parameters: every tensor whole, in checkpoint order; or with param_slots (-z 3) wte, wpe,
-    // lnf whole and the per-layer tensors' slices of two layers, layer l in slot l % 2
-    // (param_at), filled through param_hooks
+    // parameters: every tensor whole, in checkpoint order; or with param_slots (-z 3: 2, or 3
+    // with --prefetch-layers 2) wte, wpe, lnf whole and the per-layer tensors' slices of that
+    // many layers, layer l in slot l % param_slots (param_at), filled through param_hooks
     floatX *params, *param[NUM_PARAM_TENSORS];
     size_t param_elems;
     int param_slots;
-    floatX *param_slot[2];
+    floatX *param_slot[MODEL_MAX_SLOTS];
     ParamHooks param_hooks;
-    // gradients: every tensor whole, or with grad_slots (ZeRO-2 and -3 over several ranks) the
-    // same slots as the parameters' (grad_at); slot_offsets: each per-layer tensor's place in a slot
+    // gradients: every tensor whole, or with grad_slots (2: ZeRO-2 and -3 over several ranks)
+    // slots laid out as the parameters' (grad_at); slot_offsets: each per-layer tensor's place in a slot
     floatX *grads, *grad[NUM_PARAM_TENSORS];
     size_t grad_elems;
     int grad_slots;
-    floatX *grad_slot[2];
+    floatX *grad_slot[MODEL_MAX_SLOTS];
     size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     Activations acts;
     size_t act_bytes, scratch_bytes;  // kept for the backward, and scratch
@@ -75,8 +78,8 @@ static size_t gpt2_param_layout(const GPT2Config *c, size_t sizes[NUM_PARAM_TENS
     return n;
 }
 
-// A parameter or gradient buffer's elements: the whole model's, or (slots) wte, wpe, lnf whole
-// plus two layer slots, each slot the per-layer tensors' slices at slot_offsets.
+// A parameter or gradient buffer's elements: the whole model's (slots 0), or wte, wpe, lnf whole
+// plus `slots` layer slots, each slot the per-layer tensors' slices at slot_offsets.
 static size_t slotted_elems(const GPT2Config *c, int slots, size_t slot_offsets[NUM_PARAM_TENSORS],
                              size_t *slot_elems) {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS], n = gpt2_param_layout(c, sizes, offsets);
@@ -88,15 +91,15 @@ static size_t slotted_elems(const GPT2Config *c, int slots, size_t slot_offsets[
         if (layers == 1) elems += sizes[k];
         else { slot_offsets[k] = *slot_elems; *slot_elems += sizes[k] / layers; }
     }
-    return elems + 2 * *slot_elems;
+    return elems + (size_t)slots * *slot_elems;
 }
 
 // Where tensor k's layer l lives in a buffer of the model's tensors (whole, or in slots)
-static floatX *slotted_at(const GPT2 *m, floatX *const whole[NUM_PARAM_TENSORS], floatX *const slot[2], int slots,
-                          int k, int l) {
+static floatX *slotted_at(const GPT2 *m, floatX *const whole[NUM_PARAM_TENSORS], floatX *const slot[MODEL_MAX_SLOTS],
+                          int slots, int k, int l) {
     int layers = gpt2_param_layers(&m->config, k);
     if (layers == 1) return whole[k];
-    if (slots) return slot[l & 1] + m->slot_offsets[k];
+    if (slots) return slot[l % slots] + m->slot_offsets[k];
     return whole[k] + (size_t)l * (m->param_sizes[k] / layers);
 }
 
@@ -116,17 +119,17 @@ static void params_need(const GPT2 *m, int l, int next) {
     if (m->param_hooks.need) m->param_hooks.need(m->param_hooks.ctx, l, next);
 }
 
-// Points whole[k] (the one-slice tensors, or every tensor) and slot[2] into buf, laid out by
+// Points whole[k] (the one-slice tensors, or every tensor) and the slots into buf, laid out by
 // slotted_elems
-static void slotted_bind(GPT2 *m, floatX *buf, int slots, floatX *whole[NUM_PARAM_TENSORS], floatX *slot[2]) {
+static void slotted_bind(GPT2 *m, floatX *buf, int slots, floatX *whole[NUM_PARAM_TENSORS],
+                         floatX *slot[MODEL_MAX_SLOTS]) {
     size_t off = 0;
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         if (!slots) whole[k] = buf + m->param_offsets[k];
         else if (gpt2_param_layers(&m->config, k) == 1) { whole[k] = buf + off; off += m->param_sizes[k]; }
         else whole[k] = NULL;  // in the slots
     }
-    slot[0] = slots ? buf + off : NULL;
-    slot[1] = slots ? buf + off + m->slot_elems : NULL;
+    for (int i = 0; i < MODEL_MAX_SLOTS; i++) slot[i] = i < slots ? buf + off + (size_t)i * m->slot_elems : NULL;
 }
 
 // host fp32 -> floatX on the device (or in pinned host memory)
@@ -198,12 +201,12 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     CUDA_CHECK(cudaDeviceGetAttribute(&m->num_sms, cudaDevAttrMultiProcessorCount, dev));
     matmul_init(m->stream);
 
-    m->param_slots = s->zero_stage == 3;
+    m->param_slots = s->zero_stage == 3 ? 1 + s->prefetch_layers : 0;
     m->param_elems = slotted_elems(cfg, m->param_slots, m->slot_offsets, &m->slot_elems);
     CUDA_CHECK(cudaMalloc(&m->params, m->param_elems * sizeof(floatX)));
     slotted_bind(m, m->params, m->param_slots, m->param, m->param_slot);
     if (!m->param_slots) upload_params(m->params, host_params, m->num_params);
-    m->grad_slots = s->shard_grads;
+    m->grad_slots = s->shard_grads ? 2 : 0;
     m->grad_elems = slotted_elems(cfg, m->grad_slots, m->slot_offsets, &m->slot_elems);
     CUDA_CHECK(cudaMalloc(&m->grads, m->grad_elems * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(m->grads, 0, m->grad_elems * sizeof(floatX)));

@@ -32,6 +32,7 @@ typedef struct {
     int flash;           // 1 flash attention, 0 plain, FLASH_AUTO (resolved by gpu_settings_for_model)
     int master_weights;  // fp32 master weights (bf16/fp16 builds)
     int zero_stage;      // 0, 1, 2, 3; 1 and 2 become 0 with one rank (gpu_settings_check)
+    int prefetch_layers; // -z 3: the layers gathered ahead of the one in use (1 or 2)
     int fuse_gelu, profile, prefetch, tf32, log_gpu, offload, cuda_graph, fp8, deterministic;
     const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling, *fp8_weights;
     // derived from the options by gpu_settings_check
@@ -53,6 +54,7 @@ static void gpu_settings_defaults(GpuSettings *s) {
     s->master_weights = 1;
     s->fuse_gelu = 1;
     s->prefetch = 1;
+    s->prefetch_layers = 1;
     s->log_gpu = -1;
     // 1: every kernel sums in a fixed order and runs are bitwise reproducible (resume
     // included); 0: the matmul algorithms are picked by timing and the mma.sync flash
@@ -123,6 +125,9 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
              "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the "
              "gradients, 3 also the parameters (each layer's gathered just ahead of use); with one rank, 3 with "
              "--offload 2 keeps the parameters in host memory and copies each layer in ahead of use");
+    args_add(t, NULL, "--prefetch-layers", ARG_INT, &s->prefetch_layers,
+             "with -z 3, the layers whose parameters are gathered ahead of the one in use: 1 or 2 (a layer slot "
+             "more on the device)");
     args_add(t, NULL, "--comm", ARG_STRING, &s->comm,
              "communication between ranks: nccl (one GPU per rank) or mpi (through host memory; ranks may share "
              "a GPU: for tests)");
@@ -235,6 +240,8 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     s->max_memory_bytes = 0;
     if (*s->max_memory && !parse_bytes(s->max_memory, &s->max_memory_bytes))
         fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", s->max_memory);
+    if (s->prefetch_layers < 1 || s->prefetch_layers > 2)
+        fatal("--prefetch-layers must be 1 or 2, got %d", s->prefetch_layers);
     if (s->zero_stage == 3 && s->cuda_graph)
         fatal("-z 3 with --cuda-graph 1: the layers' gathers are issued as the step goes, which a replayed graph "
               "cannot do; use --cuda-graph 0 (or -z 2)");

@@ -1,12 +1,12 @@
 // gpu/zero3.cuh: -z 3, the parameters sharded like the optimizer state (ParamShards). Each
 // rank keeps only its chunks of every tensor slice (common/distributed.h's ZeroLayout, the
 // optimizer's own layout, so AdamW writes its updated chunks there and nothing is gathered
-// after an update); the model holds wte, wpe, lnf and two layers' slots (gpu/model.cuh's
-// param_slots), which this file fills just ahead of use: when the forward or backward asks
-// for layer l (ParamHooks), l is gathered if its slot does not hold it already and the next
-// layer's gather is issued on the communication stream while layer l computes. The backward
-// finds the forward's last two layers still gathered, and the next micro-step's forward
-// finds the backward's first two. With several ranks a gather is an all-gather (NCCL, or the
+// after an update); the model holds wte, wpe, lnf and two or three layers' slots
+// (gpu/model.cuh's param_slots), which this file fills just ahead of use: when the forward or
+// backward asks for layer l (ParamHooks), l is gathered if its slot does not hold it already
+// and the next layer's gather (--prefetch-layers 2: the next two's) is issued on the
+// communication stream while layer l computes. The backward finds the forward's last layers
+// still gathered, and the next micro-step's forward finds the backward's first ones. With several ranks a gather is an all-gather (NCCL, or the
 // MPI backend through host memory); with one rank (-z 3 --offload 2) the shard is the whole
 // model in pinned host memory and a gather is a copy over PCIe, so the device holds a few
 // layers' weights instead of the model's. The gradients go as under ZeRO-2 (data_parallel.cuh).
@@ -25,9 +25,10 @@ typedef struct {
     int on_host;           // the shard in mapped pinned host memory (one rank with --offload 2)
     cudaStream_t stream;   // where the gathers run: the communicator's stream, or one of its own
     int own_stream;
-    int slot_layer[2];     // the layer each slot holds (-1: none, or stale since an update)
+    int slots;             // the model's layer slots: the layer in use and those gathered ahead of it
+    int slot_layer[MODEL_MAX_SLOTS];  // the layer each slot holds (-1: none, or stale since an update)
     int globals_ready;     // wte, wpe, lnf hold the shard's current values
-    cudaEvent_t gathered[2], globals_gathered, compute_done;
+    cudaEvent_t gathered[MODEL_MAX_SLOTS], globals_gathered, compute_done;
     long gathers;          // layers and globals gathered so far (the run's report)
 } ParamShards;
 
@@ -41,7 +42,7 @@ static void param_shards_alloc(ParamShards *ps, size_t bytes) {
 // Every slot stale: the shard changed (an update, a checkpoint's parameters)
 static void param_shards_changed(ParamShards *ps) {
     if (!ps || !ps->shard) return;
-    ps->slot_layer[0] = ps->slot_layer[1] = -1;
+    for (int i = 0; i < MODEL_MAX_SLOTS; i++) ps->slot_layer[i] = -1;
     ps->globals_ready = 0;
 }
 
@@ -82,8 +83,8 @@ static void shards_gather_layer(ParamShards *ps, int l) {
     shards_gather_begin(ps);
     for (int k = 0; k < NUM_PARAM_TENSORS; k++)
         if (ps->zl->t[k].layers > 1) shards_gather_slice(ps, k, l, param_at(m, k, l));
-    shards_gather_end(ps, ps->gathered[l & 1]);
-    ps->slot_layer[l & 1] = l;
+    shards_gather_end(ps, ps->gathered[l % ps->slots]);
+    ps->slot_layer[l % ps->slots] = l;
 }
 
 static void shards_gather_globals(ParamShards *ps) {
@@ -95,7 +96,9 @@ static void shards_gather_globals(ParamShards *ps) {
 }
 
 // ParamHooks.need: layer l's parameters (-1: wte, wpe, lnf) ready for the compute stream's
-// next work, and layer `next`'s on their way
+// next work, and layer `next`'s (and with three slots the one after it, the same way) on
+// their way. Each goes into the slot of the layer before l in that direction (none of the
+// layers in use), whose work the gather waits for.
 static void param_shards_need(void *ctx, int l, int next) {
     ParamShards *ps = (ParamShards *)ctx;
     cudaStream_t s = ps->model->stream;
@@ -103,11 +106,14 @@ static void param_shards_need(void *ctx, int l, int next) {
         if (!ps->globals_ready) shards_gather_globals(ps);
         CUDA_CHECK(cudaStreamWaitEvent(s, ps->globals_gathered, 0));
     } else {
-        if (ps->slot_layer[l & 1] != l) shards_gather_layer(ps, l);
-        CUDA_CHECK(cudaStreamWaitEvent(s, ps->gathered[l & 1], 0));
+        if (ps->slot_layer[l % ps->slots] != l) shards_gather_layer(ps, l);
+        CUDA_CHECK(cudaStreamWaitEvent(s, ps->gathered[l % ps->slots], 0));
     }
-    // (next shares no slot with l: the callers name the layer above or below)
-    if (next >= 0 && ps->slot_layer[next & 1] != next) shards_gather_layer(ps, next);
+    if (next < 0) return;
+    const int L = ps->model->config.num_layers;
+    const int step = l >= 0 ? next - l : next == 0 ? 1 : -1;  // the direction: up (forward) or down
+    for (int i = 0, n = next; i < ps->slots - 1 && n >= 0 && n < L; i++, n += step)
+        if (ps->slot_layer[n % ps->slots] != n) shards_gather_layer(ps, n);
 }
 
 // Shards the model's parameters host_params (fp32, checkpoint order) over the layout's ranks
@@ -124,7 +130,8 @@ static void param_shards_init(ParamShards *ps, GPT2 *model, const ZeroLayout *zl
     ps->own_stream = !comm;
     if (comm) ps->stream = comm->stream;
     else CUDA_CHECK(cudaStreamCreateWithFlags(&ps->stream, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&ps->gathered[i], cudaEventDisableTiming));
+    ps->slots = model->param_slots;
+    for (int i = 0; i < ps->slots; i++) CUDA_CHECK(cudaEventCreateWithFlags(&ps->gathered[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&ps->globals_gathered, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&ps->compute_done, cudaEventDisableTiming));
     param_shards_alloc(ps, zl->shard_elems * sizeof(floatX));
@@ -138,7 +145,7 @@ static void param_shards_free(ParamShards *ps) {
     CUDA_CHECK(cudaStreamSynchronize(ps->stream));
     if (ps->on_host) optimizer_state_free(ps->shard, OFFLOAD_MAPPED);
     else cudaFree(ps->shard);
-    for (int i = 0; i < 2; i++) cudaEventDestroy(ps->gathered[i]);
+    for (int i = 0; i < ps->slots; i++) cudaEventDestroy(ps->gathered[i]);
     cudaEventDestroy(ps->globals_gathered);
     cudaEventDestroy(ps->compute_done);
     if (ps->own_stream) cudaStreamDestroy(ps->stream);

@@ -8,19 +8,22 @@
 #   speed   GPT-2 1.5B, T=1024, 524,288 tokens a step, on one GPU: the whole card's run
 #           (-b 8 -r 1), the best earlier run in 8 GiB (--offload 2 -r 3 -b 2), and -z 3
 #           --offload 2 (the parameters in host memory, each layer copied in ahead of use) in
-#           8 GiB (-r 3 -b 8, -r 1 -b 2) and in 4 GiB (-r 3 -b 1); 3 steps each, the means of
+#           8 GiB (-r 3 -b 8, with one and two layers gathered ahead, and -r 1 -b 2) and in 4 GiB (-r 3 -b 1); 3 steps each, the means of
 #           steps 2-3: ms/step, tokens/s, J/step, device memory at peak, the share of the whole
 #           card's tokens/s. Targets: 80% of the whole card in 8 GiB, 60% in 4 GiB.
+#   recompute  the whole card at the 8 GiB run's -r 3 -b 8: what the recomputation costs apart
+#           from the copies.
 # Writes $OUT/rows.tsv and the runs' logs, prints one table last ($OUT/table.txt).
 # Run from the repository root on the GPU machine; binaries from $BIN (default dist/gpu/bin,
 # scripts/gpu_bundle.sh), shards from $DATA (default dist/gpu/data). PARTS (default
-# "memory speed"); TABLE_ONLY=1 prints the table of an existing $OUT/rows.tsv.
+# "memory speed recompute"); SPEED_ROWS: the speed rows to run (default all, e.g. "whole
+# z3_8g_r3b8"); TABLE_ONLY=1 prints the table of an existing $OUT/rows.tsv.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${BIN:-dist/gpu/bin}
 DATA=${DATA:-dist/gpu/data}
 OUT=${OUT:-out/study_zero3}
-PARTS=${PARTS:-memory speed}
+PARTS=${PARTS:-memory speed recompute}
 mkdir -p "$OUT"
 ROWS="$OUT/rows.tsv"
 TRAIN="$DATA/tiny_shakespeare_train_*.bin"
@@ -34,25 +37,30 @@ memory() {
     rm -rf "$dir"
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 200 > "$smi" 2>&1 &
     local sampler=$!
+    # the whole GPU's use too (where the per-process query sees no processes, as in some containers)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$smi.total" 2>&1 &
+    local total_sampler=$!
     timeout 400 mpirun --oversubscribe --bind-to none -np 4 "$BIN/train_gpt2cu" --comm mpi -z "$z" -e d48 \
         -i "$TRAIN" -j "$TRAIN" -b 4 -t 1024 -d 16384 -r 3 -x 2 -v 0 -s 0 -n 0 -l 1e-4 --max-device-memory 79G \
         > "$dir.log" 2>&1
     local rc=$?
-    kill "$sampler" 2> /dev/null
-    wait "$sampler" 2> /dev/null
-    local per plan
+    kill "$sampler" "$total_sampler" 2> /dev/null
+    wait "$sampler" "$total_sampler" 2> /dev/null
+    local per plan total
+    total=$(awk '$1+0 > m {m = $1+0} END{print m+0}' "$smi.total")
     per=$(awk -F', *' 'NF==2 && $2+0>0 {if ($2+0 > m[$1]) m[$1]=$2+0} END{for (p in m) print m[p]}' "$smi" |
           sort -n | tr '\n' ' ')
     plan=$(grep -o 'memory plan: [0-9.]* GiB' "$dir.log" | head -1 | awk '{printf "%.0f", $3 * 1024}')
-    printf 'memory\td48\tz%s\t%s\t%s\t%s\trc=%s\n' "$z" "$(echo "$per" | awk '{print $NF}')" "${plan:--}" "$per" \
-        "$rc" >> "$ROWS"
-    echo "memory -z $z: rc $rc, per-process peaks (MiB) $per, plan ${plan:--} MiB"
+    printf 'memory\td48\tz%s\t%s\t%s\t%s\trc=%s; the GPU at peak %s MiB (4 ranks)\n' "$z" \
+        "$(echo "$per" | awk '{print $NF}')" "${plan:--}" "$per" "$rc" "$total" >> "$ROWS"
+    echo "memory -z $z: rc $rc, per-process peaks (MiB) $per, plan ${plan:--} MiB, the GPU at peak $total MiB"
 }
 
 # speed ROW BUDGET FLAGS...: GPT-2 1.5B on one GPU (console in $OUT/speed_ROW.log), one line in rows.tsv
 speed() {
     local row=$1 budget=$2
     shift 2
+    [[ -n ${SPEED_ROWS:-} && " $SPEED_ROWS " != *" $row "* ]] && return 0
     local dir="$OUT/speed_$row"
     fresh_run_dir "$dir"
     local mem=()
@@ -74,10 +82,12 @@ for part in $PARTS; do
         speed whole - -b 8 -r 1
         speed offload2_8g 8G --offload 2 -r 3 -b 2
         speed z3_8g_r3b8 8G -z 3 --offload 2 -r 3 -b 8
+        speed z3_8g_r3b8_p2 8G -z 3 --offload 2 -r 3 -b 8 --prefetch-layers 2
         speed z3_8g_r1b2 8G -z 3 --offload 2 -r 1 -b 2
         speed z3_4g_r3b1 4G -z 3 --offload 2 -r 3 -b 1
         ;;
-    *) echo "unknown part '$part' (memory, speed)"; exit 1 ;;
+    recompute) speed whole_r3b8 - -b 8 -r 3 ;;  # the 8 GiB run's recomputation on the whole card
+    *) echo "unknown part '$part' (memory, speed, recompute)"; exit 1 ;;
     esac
 done
 
