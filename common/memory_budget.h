@@ -156,6 +156,26 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
     return 0;
 }
 
+// The switch to alt (on one rank, -z 3 --offload 2) at the largest micro-batch that fits at any
+// recompute level from now's up (the lowest level that gives it), where the lines before do
+// not cover it: with the parameters in host memory every micro-step copies the whole model in
+// twice whatever its size, so the micro-batch, not the recomputation, decides the speed (GPT-2
+// 1.5B in 8 GiB: -r 3 -b 8 39,212 tokens/s, -r 1 -b 2 18,408; docs/memory.md). Returns 1 if it
+// appended a line.
+static inline int memory_suggest_largest(size_t budget, MemorySetting now, MemorySetting alt, MemoryPlanFn plan,
+                                         const void *ctx, char *msg, size_t cap, MemoryLines *seen) {
+    size_t need, best_need = 0;
+    int best_b = 0, best_r = 0;
+    for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
+        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, plan, ctx, &need);
+        if (b > best_b) { best_b = b; best_r = r; best_need = need; }
+    }
+    if (!best_b || best_b <= memory_lines_cover(seen, best_r)) return 0;
+    memory_suggest(msg, cap, now, memory_setting(alt, best_b, best_r, alt.ranks, alt.zero_stage), best_need);
+    memory_lines_add(seen, best_b, best_r);
+    return 1;
+}
+
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps), where it is larger
@@ -164,9 +184,9 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 // fits a larger micro-batch than the lines above at that level or below (so the same
 // micro-batch with less recomputation is listed too: GPT-2 350M in 8G gets --offload 2 -b 8
 // at -r 1, the fastest run measured there, beside -r 3 -b 8); likewise --offload 2 (with the
-// run's moments); likewise, on one rank, -z 3 --offload 2: the parameters in host memory,
-// each layer copied in ahead of use, for a model whose weights and gradients alone leave too
-// little room on one GPU, with no second GPU needed;
+// run's moments); then, on one rank, -z 3 --offload 2: the parameters in host memory, each
+// layer copied in ahead of use, for a model whose weights and gradients alone leave too little
+// room on one GPU, with no second GPU needed, at its largest micro-batch (memory_suggest_largest);
 // then for ZeRO-1, 2 and 3 (not below the run's stage: several ranks, or -z 3 on one) the
 // fewest ranks (the run's own, or doubling up to 8 GPUs with this budget each; the tokens
 // per step must be a multiple of B*T*ranks) at which some micro-batch fits.
@@ -202,7 +222,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         MemorySetting host = now;
         host.zero_stage = 3;
         host.offload = MEMORY_OFFLOAD_SUGGESTED;
-        found += memory_suggest_switch(budget, now, host, plan, ctx, msg, cap, &seen);
+        found += memory_suggest_largest(budget, now, host, plan, ctx, msg, cap, &seen);
     }
     // (on one rank a stage of 1 or 2 shards nothing: gpu/settings.cuh makes it 0)
     int first = now.zero_stage > 1 && (now.ranks > 1 || now.zero_stage == 3) ? now.zero_stage : 1;

@@ -54,7 +54,7 @@ static void gpu_settings_defaults(GpuSettings *s) {
     s->master_weights = 1;
     s->fuse_gelu = 1;
     s->prefetch = 1;
-    s->prefetch_layers = 1;
+    s->prefetch_layers = 2;  // at GPT-2 1.5B on one GPU with --offload 2, 1.5% faster than 1 (docs/memory.md)
     s->log_gpu = -1;
     // 1: every kernel sums in a fixed order and runs are bitwise reproducible (resume
     // included); 0: the matmul algorithms are picked by timing and the mma.sync flash

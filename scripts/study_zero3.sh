@@ -2,7 +2,7 @@
 # scripts/study_zero3.sh: what -z 3 (the parameters sharded; docs/memory.md "ZeRO-3") costs and
 # saves, on one GPU.
 #   memory  GPT-2 1.5B (d48), T=1024, B=4, -r 3, with 4 ranks sharing this GPU through
-#           --comm mpi, at -z 1, -z 2 and -z 3, 2 steps each: each process's own device memory
+#           --comm mpi, at -z 1, -z 2 and -z 3 (--prefetch-layers 1: two layer slots), 2 steps each: each process's own device memory
 #           at peak (nvidia-smi's per-process use, sampled every 200 ms: its CUDA context
 #           included) beside the planner's figure for a rank (the run's "memory plan" line).
 #   speed   GPT-2 1.5B, T=1024, 524,288 tokens a step, on one GPU: the whole card's run
@@ -42,6 +42,7 @@ memory() {
     local total_sampler=$!
     timeout 400 mpirun --oversubscribe --bind-to none -np 4 "$BIN/train_gpt2cu" --comm mpi -z "$z" -e d48 \
         -i "$TRAIN" -j "$TRAIN" -b 4 -t 1024 -d 16384 -r 3 -x 2 -v 0 -s 0 -n 0 -l 1e-4 --max-device-memory 79G \
+        --prefetch-layers 1 \
         > "$dir.log" 2>&1
     local rc=$?
     kill "$sampler" "$total_sampler" 2> /dev/null
@@ -81,10 +82,10 @@ for part in $PARTS; do
     speed)
         speed whole - -b 8 -r 1
         speed offload2_8g 8G --offload 2 -r 3 -b 2
-        speed z3_8g_r3b8 8G -z 3 --offload 2 -r 3 -b 8
+        speed z3_8g_r3b8 8G -z 3 --offload 2 -r 3 -b 8 --prefetch-layers 1
         speed z3_8g_r3b8_p2 8G -z 3 --offload 2 -r 3 -b 8 --prefetch-layers 2
-        speed z3_8g_r1b2 8G -z 3 --offload 2 -r 1 -b 2
-        speed z3_4g_r3b1 4G -z 3 --offload 2 -r 3 -b 1
+        speed z3_8g_r1b2 8G -z 3 --offload 2 -r 1 -b 2 --prefetch-layers 1
+        speed z3_4g_r3b1 4G -z 3 --offload 2 -r 3 -b 1 --prefetch-layers 1
         ;;
     recompute) speed whole_r3b8 - -b 8 -r 3 ;;  # the 8 GiB run's recomputation on the whole card
     *) echo "unknown part '$part' (memory, speed, recompute)"; exit 1 ;;

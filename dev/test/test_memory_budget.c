@@ -350,12 +350,13 @@ static int expected(const FakePlan *p, MemorySetting now, size_t budget, MemoryS
             *n_off = 1;
         }
     }
-    if (now.ranks == 1 && st_now < 3) {
-        int r = now.recompute;
-        while (r <= MEMORY_MAX_RECOMPUTE && best[mo_now][2][0][3][r] <= covered(out, n, r)) r++;
-        if (r <= MEMORY_MAX_RECOMPUTE) {
-            out[n++] = with_offload(setting(best[mo_now][2][0][3][r], r, 1, 3, now.total_batch, now.T, mo_now),
-                                    MEMORY_OFFLOAD_SUGGESTED);
+    if (now.ranks == 1 && st_now < 3) {  // the largest B at any level from now's (the lowest such level)
+        int rb = now.recompute;
+        for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++)
+            if (best[mo_now][2][0][3][r] > best[mo_now][2][0][3][rb]) rb = r;
+        int b = best[mo_now][2][0][3][rb];
+        if (b > 0 && b > covered(out, n, rb)) {
+            out[n++] = with_offload(setting(b, rb, 1, 3, now.total_batch, now.T, mo_now), MEMORY_OFFLOAD_SUGGESTED);
             *n_host = 1;
         }
     }
@@ -407,7 +408,8 @@ static void free_memory_child(const char *verbose) {
 // line);
 // with --offload 2 the 12 GiB of optimizer state leave the device (6 GiB before activations):
 // its line comes wherever that gives a larger B than every line before it; -z 3 --offload 2 on
-// one GPU leaves 0.25 GiB of the parameters (4.25 GiB before activations);
+// one GPU leaves 0.25 GiB of the parameters (4.25 GiB before activations) and is listed at its
+// largest B, at the lowest level that gives it;
 // a single GPU at B 64, T 1024, 512 Ki tokens per step, fp32 moments. Before activations: 18 GiB
 // (14 with bf16 moments) on one GPU; over 2 ranks ZeRO-1 12 GiB, ZeRO-2 10 GiB, ZeRO-3 9 GiB.
 static const FakePlan hand_plan = {0, 2 * GIB, 12 * GIB, 4 * GIB, {GIB / 2, GIB / 4, GIB / 8, GIB / 8}, 0};
@@ -430,8 +432,8 @@ static void test_hand_local_and_zero(void) {
     // 24 GiB: 18 GiB before activations leaves 6 for B at 1/2, 1/4, 1/8 GiB each: 12, 24, 48,
     // the largest divisors of 512 below them are 8, 16, 32; bf16 moments (14 GiB leaves 10)
     // give B 16 at -r 0, above -r 0's 8: listed there; --offload 2 (6 GiB before activations)
-    // B 32 at -r 0, above the 16 of the lines at -r 0; -z 3 --offload 2 (4.25 GiB) B 39 -> 32 at
-    // -r 0, no more than --offload 2's, at -r 1 B 79 -> the run's own 64 (no -b); ZeRO-1 over 2
+    // B 32 at -r 0, above the 16 of the lines at -r 0; -z 3 --offload 2 (4.25 GiB): its largest B,
+    // the run's own 64 (no -b), first at -r 1 (B 79); ZeRO-1 over 2
     // ranks leaves 12 GiB, B 24 -> 16 (B must divide 256); ZeRO-2 leaves 14 GiB, B 28 -> 16;
     // ZeRO-3 leaves 15, B 30 -> 16
     expect_suggestions("24 GiB", &hand_plan, hand_now(), 24 * GIB,
@@ -451,12 +453,12 @@ static void test_hand_local_and_zero(void) {
     // 16 GiB: nothing fits on one GPU with fp32 moments (18 GiB before activations); with bf16
     // moments 14 GiB leaves 2, B 4 at -r 0; ZeRO-1 over 2 ranks (fp32 moments, as the run) leaves
     // 4 GiB, B 8 at exactly 16 GiB (the budget itself fits); ZeRO-2 leaves 6, B 12 -> 8; -z 3
-    // --offload 2 on one GPU leaves 11.75: B 23 -> 16 at -r 0 (as --offload 2), 47 -> 32 at -r 1;
+    // --offload 2 on one GPU leaves 11.75: its largest B, the run's 64, first at -r 2 (94);
     // ZeRO-3 leaves 7, B 14 -> 8
     expect_suggestions("16 GiB", &hand_plan, hand_now(), 16 * GIB,
                        "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
-                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2: 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
@@ -469,14 +471,14 @@ static void test_hand_local_and_zero(void) {
 static void test_hand_optimizer_state(void) {
     // 18.5 GiB: fp32 moments leave 0.5 GiB, B 1, 2, 4 at -r 0, 1, 2; bf16 moments leave 4.5 at
     // -r 0, B 9 -> 8, larger than 4: listed after the local lines, at 18 GiB; -z 3 --offload 2
-    // leaves 14.25: B 16 at -r 0 as --offload 2, B 32 at -r 1; ZeRO-3 leaves 9.5, B 19 -> 16
+    // leaves 14.25: its largest B, 64, first at -r 2; ZeRO-3 leaves 9.5, B 19 -> 16
     expect_suggestions("18.5 GiB, bf16 beats -r 2", &hand_plan, hand_now(), 18 * GIB + GIB / 2,
                        "\n  -b 1 (512 micro-steps per step): 18.50 GiB"
                        "\n  -r 1 -b 2 (256 micro-steps per step): 18.50 GiB"
                        "\n  -r 2 -b 4 (128 micro-steps per step): 18.50 GiB"
                        "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
-                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2: 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
@@ -486,15 +488,15 @@ static void test_hand_optimizer_state(void) {
                        9);
     // 19 GiB: fp32 moments leave 1 GiB, B 2, 4, 8; bf16 moments leave 5: at -r 0 B 10 -> 8, the
     // B of -r 2 with less recomputation: listed at -r 0 (not at -r 1's larger 16); --offload 2
-    // leaves 13 at -r 0, B 26 -> 16, above the bf16 line's 8; -z 3 --offload 2 leaves 14.75: B 29
-    // -> 16 at -r 0, no more, B 59 -> 32 at -r 1; ZeRO-3 leaves 10, B 20 -> 16
+    // leaves 13 at -r 0, B 26 -> 16, above the bf16 line's 8; -z 3 --offload 2 leaves 14.75: its
+    // largest B, 64, first at -r 2 (B 118); ZeRO-3 leaves 10, B 20 -> 16
     expect_suggestions("19 GiB, bf16 at -r 0 as -r 2", &hand_plan, hand_now(), 19 * GIB,
                        "\n  -b 2 (256 micro-steps per step): 19.00 GiB"
                        "\n  -r 1 -b 4 (128 micro-steps per step): 19.00 GiB"
                        "\n  -r 2 -b 8 (64 micro-steps per step): 19.00 GiB"
                        "\n  --optimizer-state bf16 -b 8 (64 micro-steps per step): 18.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
-                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2: 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 16.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
@@ -503,12 +505,12 @@ static void test_hand_optimizer_state(void) {
                        "per GPU",
                        9);
     // 14.25 GiB: nothing with fp32 moments; with bf16 no B fits at -r 0 (14.5 for B 1), B 1 at
-    // -r 1: the lowest level where one fits, with the -r change; -z 3 --offload 2 leaves 10: B 16
-    // at -r 0 as --offload 2, B 32 at -r 1; ZeRO-3 leaves 5.25, B 10 -> 8
+    // -r 1: the lowest level where one fits, with the -r change; -z 3 --offload 2 leaves 10: its
+    // largest B, 64, first at -r 2; ZeRO-3 leaves 5.25, B 10 -> 8
     expect_suggestions("14.25 GiB, bf16 at -r 1", &hand_plan, hand_now(), 14 * GIB + GIB / 4,
                        "\n  --optimizer-state bf16 -r 1 -b 1 (512 micro-steps per step): 14.25 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
-                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2: 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
@@ -528,7 +530,7 @@ static void test_hand_optimizer_state(void) {
                        4);
     // a run with bf16 moments already (46 GiB): the local lines and ZeRO with its bf16 moments
     // (14 GiB before activations leaves 2, B 4, 8, 16; --offload 2 leaves 10 at -r 0, B 16; -z 3
-    // --offload 2 leaves 11.75, B 16 at -r 0 as --offload 2, B 32 at -r 1; ZeRO-1 over 2 ranks
+    // --offload 2 leaves 11.75, its largest B 64 first at -r 2; ZeRO-1 over 2 ranks
     // 2 + 4 + 4 leaves 6, B 12 -> 8; ZeRO-2 2 + 4 + 2 leaves 8, B 16; ZeRO-3 1 + 4 + 2 leaves 9,
     // B 18 -> 16), never --optimizer-state
     now = hand_now();
@@ -538,7 +540,7 @@ static void test_hand_optimizer_state(void) {
                        "\n  -r 1 -b 8 (64 micro-steps per step): 16.00 GiB"
                        "\n  -r 2 -b 16 (32 micro-steps per step): 16.00 GiB"
                        "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
-                       "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2: 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 16.00 GiB "
@@ -547,11 +549,11 @@ static void test_hand_optimizer_state(void) {
                        "per GPU",
                        8);
     // ... and at 13 GiB, below its 14 before activations: offload and ZeRO, with its bf16 moments
-    // (-z 3 --offload 2 leaves 8.75 at -r 0, B 17 -> 16, above --offload 2's 8; ZeRO-3 leaves 6,
-    // B 12 -> 8)
+    // (-z 3 --offload 2 leaves 8.75: its largest B, 64 (the run's), first at -r 2; ZeRO-3 leaves
+    // 6, B 12 -> 8)
     expect_suggestions("13 GiB, the run in bf16", &hand_plan, now, 13 * GIB,
                        "\n  --offload 2 -b 8 (64 micro-steps per step): 10.00 GiB"
-                       "\n  --offload 2 -z 3 -b 16 (32 micro-steps per step): 12.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2: 12.25 GiB"
                        "\n  -z 1 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 12.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 12.00 GiB "
@@ -615,10 +617,10 @@ static void test_hand_recompute_not_worth_it(void) {
 static void test_hand_impossible_and_nothing(void) {
     // 8 GiB: ZeRO-1 fits first over 8 ranks (2 + 1.5 + 4, B 1 at 1/2), ZeRO-2 over 4 already
     // (2 + 3 + 1, B 4), ZeRO-3 too (0.5 + 3 + 1, B 7 -> 4): each stage at its own fewest ranks;
-    // -z 3 --offload 2 on one GPU leaves 3.75, B 7 -> 4 at -r 0 as --offload 2, B 15 -> 8 at -r 1
+    // -z 3 --offload 2 on one GPU leaves 3.75, its largest B at -r 2: 30 -> 16 (-r 3 the same)
     expect_suggestions("8 GiB", &hand_plan, hand_now(), 8 * GIB,
                        "\n  --offload 2 -b 4 (128 micro-steps per step): 8.00 GiB"
-                       "\n  --offload 2 -z 3 -r 1 -b 8 (64 micro-steps per step): 6.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2 -b 16 (32 micro-steps per step): 6.25 GiB"
                        "\n  -z 1 over 8 ranks (mpirun -np 8) -b 1 (64 micro-steps per step on each rank): 8.00 GiB "
                        "per GPU"
                        "\n  -z 2 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 8.00 GiB "
@@ -626,10 +628,10 @@ static void test_hand_impossible_and_nothing(void) {
                        "\n  -z 3 over 4 ranks (mpirun -np 4) -b 4 (32 micro-steps per step on each rank): 6.50 GiB "
                        "per GPU",
                        5);
-    // 5.5 GiB: -z 3 --offload 2 on one GPU (4.25 GiB before activations, B 2), ZeRO-2 only over 8
+    // 5.5 GiB: -z 3 --offload 2 on one GPU (4.25 GiB before activations, B 8 at -r 2), ZeRO-2 only over 8
     // ranks (4 GiB, B 3 -> 2), ZeRO-3 over 4 (4.5 GiB, B 2) ...
     expect_suggestions("5.5 GiB", &hand_plan, hand_now(), 5 * GIB + GIB / 2,
-                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2 -b 8 (64 micro-steps per step): 5.25 GiB"
                        "\n  -z 2 over 8 ranks (mpirun -np 8) -b 2 (32 micro-steps per step on each rank): 5.00 GiB "
                        "per GPU"
                        "\n  -z 3 over 4 ranks (mpirun -np 4) -b 2 (64 micro-steps per step on each rank): 5.50 GiB "
@@ -639,14 +641,14 @@ static void test_hand_impossible_and_nothing(void) {
     FakePlan p = hand_plan;
     p.impossible = 1u << 3;
     expect_suggestions("8 ranks impossible", &p, hand_now(), 5 * GIB + GIB / 2,
-                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2 -b 8 (64 micro-steps per step): 5.25 GiB"
                        "\n  -z 3 over 4 ranks (mpirun -np 4) -b 2 (64 micro-steps per step on each rank): 5.50 GiB "
                        "per GPU",
                        2);
     // ... and with 2, 4 and 8 ranks impossible only the one GPU with its parameters in host memory is
     p.impossible = 1u << 1 | 1u << 2 | 1u << 3;
     expect_suggestions("only -z 3 --offload 2", &p, hand_now(), 5 * GIB + GIB / 2,
-                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB", 1);
+                       "\n  --offload 2 -z 3 -r 2 -b 8 (64 micro-steps per step): 5.25 GiB", 1);
     // below 2.25 GiB (ZeRO-3 over 8 ranks before activations) nothing fits anywhere
     expect_suggestions("1 GiB", &hand_plan, hand_now(), GIB, "", 0);
 }
@@ -654,12 +656,12 @@ static void test_hand_impossible_and_nothing(void) {
 static void test_hand_zero3(void) {
     // a run that offloads already (38 GiB), 5.5 GiB: nothing at its own stage (6 GiB before
     // activations, the optimizer state being off the device already); -z 3 alone on one GPU
-    // (4.25, B 2); ZeRO-1 over any ranks keeps 6; ZeRO-2 over 2 ranks 4, B 3 -> 2; ZeRO-3 over 2
+    // (4.25, B 8 at -r 2); ZeRO-1 over any ranks keeps 6; ZeRO-2 over 2 ranks 4, B 3 -> 2; ZeRO-3 over 2
     // ranks 3, B 5 -> 4
     MemorySetting now = hand_now();
     now.offload = MEMORY_OFFLOAD_SUGGESTED;
     expect_suggestions("offload already, 5.5 GiB", &hand_plan, now, 5 * GIB + GIB / 2,
-                       "\n  -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  -z 3 -r 2 -b 8 (64 micro-steps per step): 5.25 GiB"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 2 (128 micro-steps per step on each rank): 5.00 GiB "
                        "per GPU"
                        "\n  -z 3 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 5.00 GiB "
@@ -668,7 +670,7 @@ static void test_hand_zero3(void) {
     // --offload 1 (the optimizer state mapped, not staged) to -z 3 --offload 2: both flags
     now.offload = 1;
     expect_suggestions("offload 1, 5.5 GiB", &hand_plan, now, 5 * GIB + GIB / 2,
-                       "\n  --offload 2 -z 3 -b 2 (256 micro-steps per step): 5.25 GiB"
+                       "\n  --offload 2 -z 3 -r 2 -b 8 (64 micro-steps per step): 5.25 GiB"
                        "\n  -z 2 over 2 ranks (mpirun -np 2) -b 2 (128 micro-steps per step on each rank): 5.00 GiB "
                        "per GPU"
                        "\n  -z 3 over 2 ranks (mpirun -np 2) -b 4 (64 micro-steps per step on each rank): 5.00 GiB "
@@ -751,7 +753,7 @@ static void test_budget_check(void) {
     expect_failure("16 GiB, what fits", check_child, "1", "settings that fit:",
                    "\n  --optimizer-state bf16 -b 4 (128 micro-steps per step): 16.00 GiB"
                    "\n  --offload 2 -b 16 (32 micro-steps per step): 14.00 GiB"
-                   "\n  --offload 2 -z 3 -r 1 -b 32 (16 micro-steps per step): 12.25 GiB\n  -z 1 over 2 ranks",
+                   "\n  --offload 2 -z 3 -r 2: 12.25 GiB\n  -z 1 over 2 ranks",
                    "\n  -z 2 over 2 ranks (mpirun -np 2) -b 8 (32 micro-steps per step on each rank): 14.00 GiB");
     // one byte short of the exact need
     g_check_budget = 50 * GIB - 1;

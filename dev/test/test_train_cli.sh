@@ -118,12 +118,15 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "ZeRO stage out of range" "-z (ZeRO stage) must be 0, 1, 2 or 3, got 4" $SMALL -z 4
     expect_error "-z 3 with --cuda-graph 1" "-z 3 with --cuda-graph 1" $SMALL -z 3 --cuda-graph 1
     expect_error "-z 3 with --fp8 1" "-z 3 with --fp8 1" $SMALL -z 3 --fp8 1
-    # -z 3 plans wte, wpe, lnf and two layers' slots on the device (143.6M of d48's 1.56G parameters:
-    # 0.27 GiB) and, with one rank and --offload 2, the rest of the model in host memory
-    expect_error "-z 3 --offload 2 plans the parameters' slots only" "parameters 0.27 GiB, gradients 2.90" \
+    # -z 3 plans wte, wpe, lnf and three layers' slots (--prefetch-layers 2) on the device (174.4M
+    # of d48's 1.56G parameters: 0.32 GiB) and, with one rank and --offload 2, the rest of the
+    # model in host memory
+    expect_error "-z 3 --offload 2 plans the parameters' slots only" "parameters 0.32 GiB, gradients 2.90" \
         -e d48 -b 4 -t 1024 -d 524288 -r 3 -z 3 --offload 2 --max-device-memory 4G
+    # ... and is suggested at its largest micro-batch (the copies per micro-step are the same at any B)
     expect_error "GPT-2 1.5B in 8 GiB: one GPU with the parameters in host memory fits" \
-        "--offload 2 -z 3 -b 1 (512 micro-steps per step)" -e d48 -b 16 -t 1024 -d 524288 -r 0 --max-device-memory 8G
+        "--offload 2 -z 3 -r 3 -b 8 (64 micro-steps per step): 6.25 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
+        --max-device-memory 8G
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
     for v in 16X 1X 0 -1 0G; do
