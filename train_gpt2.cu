@@ -15,6 +15,8 @@
 //                          bf16), norm, clip, skip, AdamW, all-gather, the checkpoint's arrays
 //   gpu/data_parallel.cuh  DataParallel: the gradients summed across ranks layer by layer, ZeRO-2's
 //                          slots, the loss's sum, a barrier
+//   gpu/zero3.cuh          ParamShards: -z 3's shard of the parameters, each layer gathered (or copied
+//                          in from host memory) just ahead of use
 //   gpu/batch.cuh          BatchStager, TrainBatches: micro-batches from the loader to the device
 //   gpu/checkpoint.cuh     model and training-state files of a run directory
 //   gpu/memory_plan.cuh    the device-memory plan (--max-device-memory) and the memory report

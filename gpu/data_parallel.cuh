@@ -4,8 +4,9 @@
 // communication stream (kernels/comm.cuh) while the backward goes on, as soon as the
 // backward says a layer's are final (the model's GradHooks). ZeRO-0 all-reduces them and
 // ZeRO-1 reduce-scatters them (each rank keeps the sums of its chunks), both once a step,
-// in its last micro-step; ZeRO-2 reduce-scatters every micro-step's, adds the rank's chunks
-// to the optimizer's gradient shard and clears the layer's slot for the layer after next.
+// in its last micro-step; ZeRO-2 (and -3, whose parameters gpu/zero3.cuh gathers)
+// reduce-scatters every micro-step's, adds the rank's chunks to the optimizer's gradient
+// shard and clears the layer's slot for the layer after next.
 // The communication stream is ordered after the compute stream (and back) with events, so
 // the compute stream never waits on the host. With one rank every function here does nothing.
 #pragma once

@@ -1,9 +1,10 @@
 // gpu/model.cuh: GPT-2 on one GPU: its configuration, parameters, gradients, activations and
 // stream (GPT2), and its forward, loss and backward, each a plain sequence of the kernels of
 // kernels/<layer>.cuh. Parameters are floatX (bf16, fp16 or fp32, chosen at build time with
-// -DPRECISION), one contiguous buffer in checkpoint order (common/checkpoint.h); gradients
-// likewise, or under ZeRO-2 two layers' slots that the backward reuses (the data-parallel
-// reduction empties a slot while the layer below fills the other). The model reads its
+// -DPRECISION), one contiguous buffer in checkpoint order (common/checkpoint.h), or under -z 3
+// wte, wpe, lnf and a few layers' slots that gpu/zero3.cuh fills ahead of use (ParamHooks);
+// gradients likewise, or under ZeRO-2 and -3 two layers' slots that the backward reuses (the
+// data-parallel reduction empties a slot while the layer below fills the other). The model reads its
 // micro-batch from the device (gpu/batch.cuh) and tells whoever consumes its gradients when a
 // layer's may be written and when they are final (GradHooks: gpu/data_parallel.cuh).
 #pragma once

@@ -5,7 +5,8 @@
 // kernels/offload.cuh; the moments in bf16 with --optimizer-state bf16), ZeRO-2's shard of
 // the summed gradients, and a step: the global gradient norm, the clip factor, the decision
 // to skip the update (common/update_rule.h, taken on the device), AdamW on the rank's
-// elements, the all-gather of the updated chunks, the FP8 copies of the new weights. With
+// elements (under -z 3 into the parameters' shard, gpu/zero3.cuh, with no all-gather), the
+// all-gather of the updated chunks, the FP8 copies of the new weights. With
 // --cuda-graph 1 a step's launches replay from a CUDA graph after one eager step. Entry
 // points: optimizer_create, optimizer_step, optimizer_state_get / _set (the checkpoint's
 // arrays), optimizer_free; the trainer does not reach inside.

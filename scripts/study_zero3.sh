@@ -5,8 +5,8 @@
 #           --comm mpi, at -z 1, -z 2 and -z 3 (--prefetch-layers 1: two layer slots), 2 steps each: each process's own device memory
 #           at peak (nvidia-smi's per-process use, sampled every 200 ms: its CUDA context
 #           included) beside the planner's figure for a rank (the run's "memory plan" line).
-#   speed   GPT-2 1.5B, T=1024, 524,288 tokens a step, on one GPU: the whole card's run
-#           (-b 8 -r 1), the best earlier run in 8 GiB (--offload 2 -r 3 -b 2), and -z 3
+#   speed   GPT-2 1.5B, T=1024, 524,288 tokens a step, on one GPU: the whole card's fastest run
+#           (-b 16 -r 0, docs/memory.md's study; also -b 8 -r 1), the best earlier run in 8 GiB (--offload 2 -r 3 -b 2), and -z 3
 #           --offload 2 (the parameters in host memory, each layer copied in ahead of use) in
 #           8 GiB (-r 3 -b 8, with one and two layers gathered ahead, and -r 1 -b 2) and in 4 GiB (-r 3 -b 1); 3 steps each, the means of
 #           steps 2-3: ms/step, tokens/s, J/step, device memory at peak, the share of the whole
@@ -80,7 +80,8 @@ for part in $PARTS; do
     case $part in
     memory) for z in 1 2 3; do memory "$z"; done ;;
     speed)
-        speed whole - -b 8 -r 1
+        speed whole - -b 16 -r 0
+        speed whole_b8r1 - -b 8 -r 1
         speed offload2_8g 8G --offload 2 -r 3 -b 2
         speed z3_8g_r3b8 8G -z 3 --offload 2 -r 3 -b 8 --prefetch-layers 1
         speed z3_8g_r3b8_p2 8G -z 3 --offload 2 -r 3 -b 8 --prefetch-layers 2
