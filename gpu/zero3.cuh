@@ -126,7 +126,8 @@ static void param_shards_init(ParamShards *ps, GPT2 *model, const ZeroLayout *zl
     ps->comm = comm;
     ps->rank = rank;
     ps->on_host = on_host;
-    if (zl->world > 1 && (!comm || comm->world != zl->world)) fatal("internal: -z 3 over %d ranks without them", zl->world);
+    if (zl->world > 1 && (!comm || comm->world != zl->world))
+        fatal("internal: -z 3 over %d ranks without their communicator", zl->world);
     ps->own_stream = !comm;
     if (comm) ps->stream = comm->stream;
     else CUDA_CHECK(cudaStreamCreateWithFlags(&ps->stream, cudaStreamNonBlocking));
