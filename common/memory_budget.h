@@ -24,6 +24,7 @@ typedef struct {
     int moments_bf16;
     int total_batch_implied;  // 1: the run left -d at -1 (B*T*ranks): a suggestion names -d to keep it
     int offload;
+    int no_zero3;  // the run has a setting -z 3 refuses (FP8, CUDA graphs): ZeRO-3 is not suggested
 } MemorySetting;
 
 // micro-steps per step of s (0: its tokens per step are not a multiple of B*T*ranks)
@@ -218,7 +219,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         off.offload = MEMORY_OFFLOAD_SUGGESTED;
         found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &seen);
     }
-    if (now.ranks == 1 && now.zero_stage < 3) {
+    if (now.ranks == 1 && now.zero_stage < 3 && !now.no_zero3) {
         MemorySetting host = now;
         host.zero_stage = 3;
         host.offload = MEMORY_OFFLOAD_SUGGESTED;
@@ -226,7 +227,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
     }
     // (on one rank a stage of 1 or 2 shards nothing: gpu/settings.cuh makes it 0)
     int first = now.zero_stage > 1 && (now.ranks > 1 || now.zero_stage == 3) ? now.zero_stage : 1;
-    for (int stage = first; stage <= 3; stage++) {
+    for (int stage = first; stage <= (now.no_zero3 ? 2 : 3); stage++) {
         int done = 0;
         for (int ranks = now.ranks > 1 ? now.ranks : 2; ranks <= 8 && !done; ranks *= 2) {
             if (ranks == now.ranks && stage <= now.zero_stage) continue;  // the run as it is: above

@@ -29,7 +29,7 @@ static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, con
     float *host = (float *)xmalloc((n > ns ? n : ns) * sizeof(float));  // the parameters, then the master weights
     TrainState s = train_state_for(run, step, rng, loader);
     s.model_crc = 0;  // known to rank 0, which writes the model
-    if (t->shards.shard) param_shards_download(&t->shards, host);  // -z 3: every rank takes part
+    if (t->shards.shard) param_shards_download(&t->shards, rank == 0 ? host : NULL);  // -z 3: every rank takes part
     else if (rank == 0) download_floatX(host, m->params, n);         // every rank holds the same parameters
     if (rank == 0) s.model_crc = gpt2_checkpoint_write(mp, &m->config, host, PRECISION == PRECISION_BF16);
     s.world_size = t->dp.world;

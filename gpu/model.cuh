@@ -84,9 +84,9 @@ static size_t gpt2_param_layout(const GPT2Config *c, size_t sizes[NUM_PARAM_TENS
 static size_t slotted_elems(const GPT2Config *c, int slots, size_t slot_offsets[NUM_PARAM_TENSORS],
                              size_t *slot_elems) {
     size_t sizes[NUM_PARAM_TENSORS], offsets[NUM_PARAM_TENSORS], n = gpt2_param_layout(c, sizes, offsets);
-    *slot_elems = 0;
-    if (!slots) return n;
+    if (!slots) return n;  // (the other buffer's slots, if any, keep their layout)
     size_t elems = 0;
+    *slot_elems = 0;
     for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
         int layers = gpt2_param_layers(c, k);
         if (layers == 1) elems += sizes[k];

@@ -248,6 +248,9 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     if (s->zero_stage == 3 && s->fp8)
         fatal("-z 3 with --fp8 1: the FP8 layers keep or cast whole weights, which -z 3 does not hold; use "
               "--fp8 0, or -z 2 with --fp8 1");
+    if (pg->world == 1 && s->zero_stage == 3 && s->offload != OFFLOAD_STAGED)
+        printf("note: -z 3 on one rank without --offload 2 keeps the whole model on the device (as its shard, beside "
+               "the layer slots): it saves nothing; --offload 2 keeps it in host memory\n");
     if (pg->world == 1 && s->zero_stage < 3) s->zero_stage = 0;  // one rank: nothing to shard
     s->shard_grads = pg->world > 1 && s->zero_stage >= 2;
 }
@@ -284,5 +287,6 @@ static MemorySetting gpu_memory_setting(const GpuSettings *s, int world) {
     m.moments_bf16 = s->moments_bf16;
     m.total_batch_implied = o->total_batch == -1;
     m.offload = s->offload;
+    m.no_zero3 = s->fp8 || s->cuda_graph;
     return m;
 }

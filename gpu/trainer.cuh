@@ -52,9 +52,6 @@ static void trainer_fp8_auto(GpuTrainer *t) {
     }
 }
 
-// Under -z 3, whether the parameters' shard is in host memory (the model's slots are copied in from there)
-static int trainer_params_on_host(const GpuTrainer *t) { return t->shards.shard && t->shards.on_host; }
-
 // The trainer of the model host_params (fp32, checkpoint order) with the settings s (checked,
 // and resolved for the model by gpu_settings_for_model). comm: the ranks' communicator
 // (NULL: one rank); rank of world.

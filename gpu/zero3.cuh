@@ -13,7 +13,6 @@
 #pragma once
 #include "../common/distributed.h"
 #include "../kernels/comm.cuh"
-#include "../kernels/offload.cuh"
 #include "model.cuh"
 
 typedef struct {
@@ -29,14 +28,24 @@ typedef struct {
     int slot_layer[MODEL_MAX_SLOTS];  // the layer each slot holds (-1: none, or stale since an update)
     int globals_ready;     // wte, wpe, lnf hold the shard's current values
     cudaEvent_t gathered[MODEL_MAX_SLOTS], globals_gathered, compute_done;
-    long gathers;          // layers and globals gathered so far (the run's report)
 } ParamShards;
 
 // The shard's memory: on the device, or pinned and mapped host memory that the update's
 // kernel writes in place (kernels/offload.cuh's allocator, as the offloaded optimizer state)
 static void param_shards_alloc(ParamShards *ps, size_t bytes) {
-    if (ps->on_host) ps->shard = (floatX *)optimizer_state_alloc(bytes, OFFLOAD_MAPPED);
-    else CUDA_CHECK(cudaMalloc(&ps->shard, bytes));
+    if (!ps->on_host) {
+        CUDA_CHECK(cudaMalloc(&ps->shard, bytes));
+        return;
+    }
+    cudaError_t e = cudaHostAlloc((void **)&ps->shard, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess)
+        fatal("-z 3 --offload 2: cannot pin %.2f GiB of host memory for the model's parameters (%s); free host "
+              "memory, or train on the device (--offload 0 or -z 0)", bytes / (1024.0 * 1024 * 1024),
+              cudaGetErrorString(e));
+    void *dev = NULL;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, ps->shard, 0));
+    // the update's kernel writes the shard through the host pointer: one address on both sides
+    if (dev != (void *)ps->shard) fatal("-z 3 --offload 2 needs unified addressing (a 64-bit host)");
 }
 
 // Every slot stale: the shard changed (an update, a checkpoint's parameters)
@@ -67,7 +76,6 @@ static void shards_gather_begin(ParamShards *ps) {
 static void shards_gather_end(ParamShards *ps, cudaEvent_t done) {
     if (ps->zl->world > 1) comm_group_end(ps->comm);
     CUDA_CHECK(cudaEventRecord(done, ps->stream));
-    ps->gathers++;
 }
 
 // Tensor k's slice of layer l (0 for the one-slice tensors) from every rank's chunk into dst
@@ -144,7 +152,7 @@ static void param_shards_init(ParamShards *ps, GPT2 *model, const ZeroLayout *zl
 static void param_shards_free(ParamShards *ps) {
     if (!ps->shard) return;
     CUDA_CHECK(cudaStreamSynchronize(ps->stream));
-    if (ps->on_host) optimizer_state_free(ps->shard, OFFLOAD_MAPPED);
+    if (ps->on_host) CUDA_CHECK(cudaFreeHost(ps->shard));
     else cudaFree(ps->shard);
     for (int i = 0; i < ps->slots; i++) cudaEventDestroy(ps->gathered[i]);
     cudaEventDestroy(ps->globals_gathered);
@@ -154,12 +162,14 @@ static void param_shards_free(ParamShards *ps) {
 }
 
 // The whole model's parameters into host (fp32, checkpoint order; the model file), layer by
-// layer through the slots. Every rank calls it (the gathers are collective); each gets them.
+// layer through the slots. Every rank calls it (the gathers are collective); host NULL: this
+// rank only takes part.
 static void param_shards_download(ParamShards *ps, float *host) {
     GPT2 *m = ps->model;
     const GPT2Config *c = &m->config;
     for (int l = -1; l < c->num_layers; l++) {
         param_shards_need(ps, l, -1);
+        if (!host) continue;
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
         for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
             const ZeroTensor *t = &ps->zl->t[k];

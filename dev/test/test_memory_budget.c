@@ -690,6 +690,22 @@ static void test_hand_zero3(void) {
                        4);
 }
 
+// a run with a setting -z 3 refuses (--fp8 1, --cuda-graph 1) is never offered -z 3, on one GPU
+// or over ranks: the 5.5 GiB budget above, where -z 3 lines came first, now names only ZeRO-2
+static void test_hand_no_zero3(void) {
+    MemorySetting now = hand_now();
+    now.no_zero3 = 1;
+    char msg[2048];
+    g_plan_now = now;
+    g_plan_misuse = 0;
+    for (size_t budget = 4 * GIB; budget <= 40 * GIB; budget += GIB / 4) {
+        memory_suggestions(budget, now, fake_plan, &hand_plan, msg, sizeof msg);
+        CHECK(!strstr(msg, "-z 3"), "budget %zu: a -z 3 line for a run that refuses it:%s", budget, msg);
+    }
+    memory_suggestions(5 * GIB + GIB / 2, now, fake_plan, &hand_plan, msg, sizeof msg);
+    CHECK(strstr(msg, "-z 2 over 8 ranks") != NULL, "5.5 GiB: no ZeRO-2 line:%s", msg);
+}
+
 static void test_hand_several_ranks(void) {
     // a run on 2 ranks with ZeRO-1 is offered ZeRO-2, ZeRO-3 or more ranks, never ZeRO-1 or ZeRO-0
     // again, nor one rank
@@ -961,6 +977,7 @@ int main(int argc, char **argv) {
     run_case("suggestions: 2 ranks at ZeRO-1", test_hand_several_ranks);
     run_case("suggestions: --optimizer-state bf16 (hand)", test_hand_optimizer_state);
     run_case("suggestions: -z 3 on one GPU and over ranks", test_hand_zero3);
+    run_case("suggestions: no -z 3 where the run refuses it", test_hand_no_zero3);
     run_case("budget check: fits, or fatal() with what fits", test_budget_check);
     run_case("device limits: free memory, budget > card", test_device_limits);
     run_case("suggestions vs brute force (random)", test_random);

@@ -75,8 +75,8 @@ same r1 r1z3 "1 rank: -z 3 == -z 0"
 train r1o2 1 $R -x 12 -v 4 --offload 2
 train r1z3o2 1 $R -x 12 -v 4 -z 3 --offload 2
 same r1o2 r1z3o2 "1 rank: -z 3 --offload 2 (parameters in host memory) == --offload 2"
-train r1z3o2p2 1 $R -x 12 -v 4 -z 3 --offload 2 --prefetch-layers 2
-same r1o2 r1z3o2p2 "1 rank: -z 3 --offload 2 --prefetch-layers 2 == --offload 2"
+train r1z3o2p1 1 $R -x 12 -v 4 -z 3 --offload 2 --prefetch-layers 1
+same r1o2 r1z3o2p1 "1 rank: -z 3 --offload 2 --prefetch-layers 1 == --offload 2"
 grep -m1 '^memory:' "$W/r1z3o2.log" | sed 's/^/     /'
 if [ "$Q" = 1 ]; then
     for z in 1 2 3; do
@@ -84,8 +84,8 @@ if [ "$Q" = 1 ]; then
         close r1 r2z$z 2e-2 "2 ranks ZeRO-$z vs 1 rank (accumulation 4 vs 2)"
     done
     same r2z2 r2z3 "2 ranks: ZeRO-3 == ZeRO-2"
-    train r2z3p2 2 $R -x 12 -v 4 -z 3 --prefetch-layers 2
-    same r2z2 r2z3p2 "2 ranks: ZeRO-3 with two layers gathered ahead == ZeRO-2"
+    train r2z3p1 2 $R -x 12 -v 4 -z 3 --prefetch-layers 1
+    same r2z2 r2z3p1 "2 ranks: ZeRO-3 with one layer gathered ahead (two slots) == ZeRO-2"
 else
 for z in 0 1 2 3; do
     train r2z$z 2 $R -x 12 -v 4 -z $z
@@ -93,8 +93,8 @@ for z in 0 1 2 3; do
 done
 same r2z2 r2z3 "2 ranks: ZeRO-3 == ZeRO-2 (the same sums, the parameters gathered layer by layer)"
 same r4z2 r4z3 "4 ranks: ZeRO-3 == ZeRO-2"
-train r4z3p2 4 $R -x 12 -v 4 -z 3 --prefetch-layers 2
-same r4z2 r4z3p2 "4 ranks: ZeRO-3 with two layers gathered ahead == ZeRO-2"
+train r4z3p1 4 $R -x 12 -v 4 -z 3 --prefetch-layers 1
+same r4z2 r4z3p1 "4 ranks: ZeRO-3 with one layer gathered ahead (two slots) == ZeRO-2"
 grep -m1 '^data parallel' "$W/r4z3.log" | sed 's/^/     /'
 for z in 0 1 2 3; do
     close r1 r2z$z 2e-2 "2 ranks ZeRO-$z vs 1 rank (accumulation 4 vs 2)"
