@@ -576,8 +576,9 @@ static int expected_choice(const Ex *e, int mode, int T) {
     return best;
 }
 
-// One run of the scorer on rank of world, checking what the fake saw: one call a batch, and
-// exactly the batches' spare rows as padding.
+// One run of the scorer on rank of world, checking what the fake saw: one call a batch, as
+// many batches on every rank (those of the largest share, ceil(n / world) examples: a forward
+// may be collective), and exactly the batches' spare rows as padding.
 static HellaSwagScore run_eval(const HellaSwag *h, int B, int T, int rank, int world, int mode, int *choices) {
     Fake f = {mode, B, T, 0, 0, 0};
     int *in = (int *)xmalloc((size_t)B * T * sizeof(int)), *tg = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -586,7 +587,8 @@ static HellaSwagScore run_eval(const HellaSwag *h, int B, int T, int rank, int w
     free(tg);
     long rows = 0;
     for (int i = 0; i < h->n; i++) rows += (choices[i] >= 0) * NC;  // this rank's examples, by what it filled
-    long batches = (rows + B - 1) / B;
+    long most = (long)((h->n + world - 1) / world) * NC;  // the largest share's rows
+    long batches = (most + B - 1) / B;
     CHECK(f.calls == batches, "B %d T %d rank %d/%d: %ld forward passes for %ld rows", B, T, rank, world, f.calls,
           rows);
     CHECK(f.pad_rows == batches * B - rows, "B %d T %d rank %d/%d: %ld padding rows, expected %ld", B, T, rank,
