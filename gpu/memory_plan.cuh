@@ -42,7 +42,7 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     const GPT2Config *c = in->cfg;
     const GpuSettings *s = in->s;
     const int sharded = m.ranks > 1 && m.zero_stage > 0, zero2 = m.ranks > 1 && m.zero_stage >= 2;
-    const int zero3 = m.zero_stage == 3, shard_on_host = zero3 && m.ranks == 1 && m.offload == OFFLOAD_STAGED;
+    const int zero3 = m.zero_stage == 3, shard_on_host = params_on_host(m.zero_stage, m.ranks, m.offload);
     ZeroLayout zl;
     if (optimizer_layout(&zl, c, sharded ? m.ranks : 1)) {
         d.params = SIZE_MAX;
@@ -51,7 +51,7 @@ static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     const size_t ns = zl.shard_elems, n = zl.n;
     size_t slot_offsets[NUM_PARAM_TENSORS], slot_elems;
     // -z 3: wte, wpe, lnf and the layers' slots, and the rank's shard (one rank with --offload 2: on the host)
-    const int param_slots = 1 + s->prefetch_layers;
+    const int param_slots = gpt2_param_slots(m.zero_stage, s->prefetch_layers);
     d.params = zero3 ? (slotted_elems(c, param_slots, slot_offsets, &slot_elems) + (shard_on_host ? 0 : ns)) *
                            sizeof(floatX)
                      : n * sizeof(floatX);

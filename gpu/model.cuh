@@ -182,6 +182,9 @@ static ActShape gpt2_act_shape(const GPT2Config *c, const GpuSettings *s, int nu
     return a;
 }
 
+// The layer slots of the parameters: -z 3's, the one in use and those gathered ahead (0: whole)
+static int gpt2_param_slots(int zero_stage, int prefetch_layers) { return zero_stage == 3 ? 1 + prefetch_layers : 0; }
+
 // Allocates the model for micro-batches of up to the settings' (B, T) and uploads the
 // parameters (host fp32, checkpoint order; under -z 3 their owner fills the slots instead).
 // fp8: the FP8 state of the linear layers (its mask 0: none). Gradients in slots under
@@ -202,7 +205,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     CUDA_CHECK(cudaDeviceGetAttribute(&m->num_sms, cudaDevAttrMultiProcessorCount, dev));
     matmul_init(m->stream);
 
-    m->param_slots = s->zero_stage == 3 ? 1 + s->prefetch_layers : 0;
+    m->param_slots = gpt2_param_slots(s->zero_stage, s->prefetch_layers);
     m->param_elems = slotted_elems(cfg, m->param_slots, m->slot_offsets, &m->slot_elems);
     CUDA_CHECK(cudaMalloc(&m->params, m->param_elems * sizeof(floatX)));
     slotted_bind(m, m->params, m->param_slots, m->param, m->param_slot);

@@ -203,6 +203,11 @@ static int moments_bf16_arg(const char *text) {
     return strcmp(text, "bf16") == 0;
 }
 
+// -z 3 on one rank with --offload 2: the parameters' shard (the whole model) in host memory
+static int params_on_host(int zero_stage, int ranks, int offload) {
+    return zero_stage == 3 && ranks == 1 && offload == OFFLOAD_STAGED;
+}
+
 // Checks the GPU options (the shared ones: train_options_validate) and derives what they
 // imply, before any GPU work. pg: the ranks of this run.
 static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
@@ -248,7 +253,7 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     if (s->zero_stage == 3 && s->fp8)
         fatal("-z 3 with --fp8 1: the FP8 layers keep or cast whole weights, which -z 3 does not hold; use "
               "--fp8 0, or -z 2 with --fp8 1");
-    if (pg->world == 1 && s->zero_stage == 3 && s->offload != OFFLOAD_STAGED)
+    if (pg->world == 1 && s->zero_stage == 3 && !params_on_host(s->zero_stage, 1, s->offload))
         printf("note: -z 3 on one rank without --offload 2 keeps the whole model on the device (as its shard, beside "
                "the layer slots): it saves nothing; --offload 2 keeps it in host memory\n");
     if (pg->world == 1 && s->zero_stage < 3) s->zero_stage = 0;  // one rank: nothing to shard

@@ -68,7 +68,7 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     optimizer_create(&t->opt, &t->model, host_params, s, &t->dp, &t->fp8);
     if (s->zero_stage == 3) {  // one rank with --offload 2: the shard (the whole model) in host memory
         param_shards_init(&t->shards, &t->model, &t->opt.zl, comm, rank, host_params,
-                          world == 1 && s->offload == OFFLOAD_STAGED);
+                          params_on_host(s->zero_stage, world, s->offload));
         t->opt.ps = &t->shards;
     }
     dp_bind_gradients(&t->dp, &t->model, &t->opt.zl, t->opt.gshard);

@@ -13,6 +13,7 @@
 #pragma once
 #include "../common/distributed.h"
 #include "../kernels/comm.cuh"
+#include "../kernels/offload.cuh"
 #include "model.cuh"
 
 typedef struct {
@@ -33,19 +34,8 @@ typedef struct {
 // The shard's memory: on the device, or pinned and mapped host memory that the update's
 // kernel writes in place (kernels/offload.cuh's allocator, as the offloaded optimizer state)
 static void param_shards_alloc(ParamShards *ps, size_t bytes) {
-    if (!ps->on_host) {
-        CUDA_CHECK(cudaMalloc(&ps->shard, bytes));
-        return;
-    }
-    cudaError_t e = cudaHostAlloc((void **)&ps->shard, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (e != cudaSuccess)
-        fatal("-z 3 --offload 2: cannot pin %.2f GiB of host memory for the model's parameters (%s); free host "
-              "memory, or train on the device (--offload 0 or -z 0)", bytes / (1024.0 * 1024 * 1024),
-              cudaGetErrorString(e));
-    void *dev = NULL;
-    CUDA_CHECK(cudaHostGetDevicePointer(&dev, ps->shard, 0));
-    // the update's kernel writes the shard through the host pointer: one address on both sides
-    if (dev != (void *)ps->shard) fatal("-z 3 --offload 2 needs unified addressing (a 64-bit host)");
+    if (ps->on_host) ps->shard = (floatX *)pinned_mapped_alloc(bytes, "-z 3 --offload 2", "the model's parameters");
+    else CUDA_CHECK(cudaMalloc(&ps->shard, bytes));
 }
 
 // Every slot stale: the shard changed (an update, a checkpoint's parameters)

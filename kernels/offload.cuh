@@ -19,6 +19,23 @@
 #pragma once
 #include "common.cuh"
 
+// bytes of zeroed, pinned and mapped host memory that kernels reach through the host pointer;
+// what: the run's flags and the data, for the message when it cannot be had (e.g. "--offload 2",
+// "the optimizer state")
+static void *pinned_mapped_alloc(size_t bytes, const char *flags, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess)
+        fatal("%s: cannot pin %.2f GiB of host memory for %s (%s); free host memory, or keep it on the device "
+              "(--offload 0)", flags, bytes / (1024.0 * 1024 * 1024), what, cudaGetErrorString(e));
+    void *dev = NULL;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    // the kernels and the copies use one pointer: true wherever CUDA has unified addressing
+    if (dev != p) fatal("%s needs unified addressing (a 64-bit host); the host and device addresses differ", flags);
+    memset(p, 0, bytes);
+    return p;
+}
+
 // bytes of zeroed optimizer state, on the device or (offload) in mapped pinned host memory
 static void *optimizer_state_alloc(size_t bytes, int offload) {
     void *p = NULL;
@@ -27,16 +44,7 @@ static void *optimizer_state_alloc(size_t bytes, int offload) {
         CUDA_CHECK(cudaMemset(p, 0, bytes));
         return p;
     }
-    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (e != cudaSuccess)
-        fatal("--offload %d: cannot pin %.2f GiB of host memory for the optimizer state (%s); free host memory, or "
-              "use --offload 0", offload, bytes / (1024.0 * 1024 * 1024), cudaGetErrorString(e));
-    void *dev = NULL;
-    CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
-    // the kernels and the copies use one pointer: true wherever CUDA has unified addressing
-    if (dev != p) fatal("--offload needs unified addressing (a 64-bit host); the host and device addresses differ");
-    memset(p, 0, bytes);
-    return p;
+    return pinned_mapped_alloc(bytes, offload == 1 ? "--offload 1" : "--offload 2", "the optimizer state");
 }
 
 static void optimizer_state_free(void *p, int offload) {
