@@ -2,7 +2,7 @@
 # scripts/bench_multigpu.sh: data-parallel scaling on one machine of several GPUs, in one
 # run. With NCCL (NVLink multicast off):
 #   GPT-2 124M, B=64, T=1024, total batch 524288 tokens, $STEPS steps, on 1, 2, 4, 8 GPUs
-#   (those the machine has) at ZeRO 0, 1, 2: tokens/s, per-GPU tokens/s as a fraction of
+#   (those the machine has) at ZeRO 0, 1, 2, 3: tokens/s, per-GPU tokens/s as a fraction of
 #   the 1-GPU run (the scaling efficiency), peak memory per GPU (rank 0's own figure and
 #   nvidia-smi's maximum over the GPUs), and the last step's loss beside the 1-GPU run
 #   (which reaches the same total batch through 8 micro-steps);
@@ -61,7 +61,7 @@ print(steps[-1]["loss"] if steps else "-")' "$dir/metrics.jsonl" 2> /dev/null)
 base=""
 for np in 1 2 4 8; do
     [ "$np" -gt "$NGPU" ] && break
-    for z in 0 1 2; do
+    for z in 0 1 2 3; do
         [ "$np" = 1 ] && [ "$z" != 0 ] && continue
         name="d12_np${np}_z$z"
         echo "== $name"
