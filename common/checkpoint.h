@@ -217,16 +217,37 @@ static inline void check_params_finite(const char *path, const GPT2Config *cfg, 
     }
 }
 
+// Whether the first n bytes of a file of fsize bytes begin as a safetensors file does: a
+// little-endian header length that the file holds, then the header's '{'.
+static inline int looks_like_safetensors(const uint8_t *b, size_t n, int64_t fsize) {
+    if (n < 9 || b[8] != '{') return 0;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
+    return hlen >= 2 && hlen <= (uint64_t)fsize - 8;
+}
+
 // Reads a checkpoint (fp32 or bf16); returns the parameters as a malloc'd fp32 array.
 // The checksum (when the file has one) and the values' finiteness are checked.
 static inline float *gpt2_checkpoint_read(const char *path, GPT2Config *cfg) {
+    const char *kind = not_regular_file(path);
+    if (kind)
+        fatal("%s is %s: a model checkpoint is a regular file", path, kind);
     FILE *f = xfopen(path, "rb");
     int64_t fsize = xfile_size(f, path);
-    if (fsize < (int64_t)(HEADER_INTS * sizeof(int)))
+    int h[HEADER_INTS] = {0};
+    size_t head = fsize < (int64_t)sizeof h ? (size_t)fsize : sizeof h;
+    xfread(h, 1, head, f, path);
+    // Hugging Face's weights are read from their directory, which holds the config too
+    if (h[0] != CKPT_MAGIC && looks_like_safetensors((const uint8_t *)h, head, fsize)) {
+        const char *slash = strrchr(path, '/');
+        int n = slash ? (slash == path ? 1 : (int)(slash - path)) : 1;
+        const char *dir = slash ? path : ".";
+        fatal("%s is a safetensors file, not a model checkpoint: -e takes its directory, %.*s (the Hugging Face "
+              "model, with config.json); build/export_hf --import %.*s OUT.bin converts it", path, n, dir, n, dir);
+    }
+    if (fsize < (int64_t)sizeof h)
         fatal("%s is not a model checkpoint: %lld bytes, shorter than the 1024-byte header",
               path, (long long)fsize);
-    int h[HEADER_INTS];
-    xfread(h, sizeof(int), HEADER_INTS, f, path);
     if (h[0] != CKPT_MAGIC)
         fatal("%s is not a model checkpoint: magic %d, expected %d", path, h[0], CKPT_MAGIC);
     if (h[1] != CKPT_VERSION_FP32 && h[1] != CKPT_VERSION_BF16)

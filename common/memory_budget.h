@@ -39,23 +39,25 @@ static inline long memory_micro_steps(MemorySetting s) {
 // e.g. ZeRO over ranks that do not divide the model's slices).
 typedef size_t (*MemoryPlanFn)(const void *ctx, MemorySetting s);
 
-// "16G", "16GiB", "512M", "1.5G", "1T", "123456" (bytes); units are binary (G = 2^30).
-// Returns 0 for text that is not a size.
+// "16G", "16GiB", "512M", "1.5G", "1T", "2K"; units are binary (G = 2^30) and required: a
+// bare "16" would be 16 bytes, which no budget of device memory means. Returns 0 for text
+// that is not a size.
 static inline int parse_bytes(const char *s, size_t *out) {
     char *end;
     if ((!isdigit((unsigned char)s[0]) && s[0] != '.') || strpbrk(s, "xX")) return 0;  // no sign, space or hex
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || errno || !(v > 0) || !isfinite(v)) return 0;
-    double unit = 1;
+    double unit;
     switch (toupper((unsigned char)*end)) {
-    case 'K': unit = 1024.0; end++; break;
-    case 'M': unit = 1024.0 * 1024; end++; break;
-    case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    case 'K': unit = 1024.0; break;
+    case 'M': unit = 1024.0 * 1024; break;
+    case 'G': unit = 1024.0 * 1024 * 1024; break;
+    case 'T': unit = 1024.0 * 1024 * 1024 * 1024; break;
+    default: return 0;
     }
-    if (unit > 1 && (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0)) end += strlen(end);
+    end++;
+    if (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0) end += strlen(end);
     if (*end || v * unit >= 18e18 || v * unit < 1) return 0;
     *out = (size_t)(v * unit);
     return 1;

@@ -422,6 +422,8 @@ static inline int st__uint_array(const JsonValue *v, size_t max, uint64_t *out, 
 static inline void st_open(StFile *st, const char *path) {
     memset(st, 0, sizeof *st);
     st->path = xstrdup(path);
+    const char *kind = not_regular_file(path);
+    if (kind) fatal("%s is %s: a safetensors file is a regular file", path, kind);
     st->f = xfopen(path, "rb");
     int64_t fsize = xfile_size(st->f, path);
     st->file_size = (uint64_t)fsize;
@@ -805,6 +807,8 @@ static inline int st_is_dir(const char *path) {
 
 // Reads a whole (small) JSON file; stops naming it if it does not parse.
 static inline void json_read_file(JsonDoc *d, const char *path, size_t max_bytes) {
+    const char *kind = not_regular_file(path);
+    if (kind) fatal("%s is %s: a JSON file is a regular file", path, kind);
     FILE *f = xfopen(path, "rb");
     int64_t n = xfile_size(f, path);
     fclose(f);
@@ -816,17 +820,18 @@ static inline void json_read_file(JsonDoc *d, const char *path, size_t max_bytes
     free(text);
 }
 
-static inline void st_set_open(StSet *s, const char *dir) {
-    memset(s, 0, sizeof *s);
+// The weight files of a Hugging Face directory: dir/model.safetensors, or each file that
+// model.safetensors.index.json's weight_map names, once. Returns how many, their paths in
+// *paths (malloc'd, as is each path) and in *label the file that lists them (for messages).
+static inline size_t st_set_paths(const char *dir, char ***paths, char **label) {
     size_t cap = strlen(dir) + 64;
     char *path = (char *)xmalloc(cap);
     snprintf(path, cap, "%s/model.safetensors", dir);
     if (file_exists(path)) {
-        s->files = (StFile *)xcalloc(1, sizeof(StFile));
-        s->n = 1;
-        st_open(&s->files[0], path);
-        s->label = path;
-        return;
+        *paths = (char **)xmalloc(sizeof(char *));
+        (*paths)[0] = xstrdup(path);
+        *label = path;
+        return 1;
     }
     snprintf(path, cap, "%s/model.safetensors.index.json", dir);
     if (!file_exists(path)) {
@@ -841,30 +846,43 @@ static inline void st_set_open(StSet *s, const char *dir) {
     const JsonValue *map = json_get(&idx.root, "weight_map");
     if (!map || map->type != JSON_OBJECT || !map->len)
         fatal("%s: no \"weight_map\" object of tensor names to files", path);
-    s->files = (StFile *)xcalloc(map->len, sizeof(StFile));
+    *paths = (char **)xcalloc(map->len, sizeof(char *));
+    size_t n = 0;
     for (size_t i = 0; i < map->len; i++) {
         const JsonValue *v = &map->items[i];
         if (v->type != JSON_STRING || !v->len || strchr(v->str, '/') || !strcmp(v->str, "..") ||
             strlen(v->str) != v->len)
             fatal("%s: weight_map entry %s is not a file name in the same directory", path, map->keys[i]);
         int seen = 0;
-        for (size_t k = 0; k < s->n && !seen; k++) seen = !strcmp(strrchr(s->files[k].path, '/') + 1, v->str);
+        for (size_t k = 0; k < n && !seen; k++) seen = !strcmp(strrchr((*paths)[k], '/') + 1, v->str);
         if (seen) continue;
         size_t fcap = strlen(dir) + v->len + 2;
         char *fp = (char *)xmalloc(fcap);
         snprintf(fp, fcap, "%s/%s", dir, v->str);
-        st_open(&s->files[s->n++], fp);
-        free(fp);
+        (*paths)[n++] = fp;
     }
     json_free(&idx);
+    *label = path;
+    return n;
+}
+
+static inline void st_set_open(StSet *s, const char *dir) {
+    memset(s, 0, sizeof *s);
+    char **paths;
+    size_t n = st_set_paths(dir, &paths, &s->label);
+    s->files = (StFile *)xcalloc(n, sizeof(StFile));
+    for (; s->n < n; s->n++) {
+        st_open(&s->files[s->n], paths[s->n]);
+        free(paths[s->n]);
+    }
+    free(paths);
     // a name in two shards would make the result depend on the order of the search
     for (size_t a = 0; a < s->n; a++)
         for (size_t i = 0; i < s->files[a].n; i++)
             for (size_t b = a + 1; b < s->n; b++)
                 if (st_find(&s->files[b], s->files[a].tensors[i].name))
-                    fatal("%s: tensor %s is in both %s and %s", path, s->files[a].tensors[i].name, s->files[a].path,
-                          s->files[b].path);
-    s->label = path;
+                    fatal("%s: tensor %s is in both %s and %s", s->label, s->files[a].tensors[i].name,
+                          s->files[a].path, s->files[b].path);
 }
 
 static inline const StTensor *st_set_find(StSet *s, const char *name, StFile **in) {

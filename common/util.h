@@ -91,6 +91,18 @@ static inline char *xstrdup(const char *s) {
     return d;
 }
 
+// What path is when it exists and is not a regular file ("a FIFO", "a directory", ...);
+// NULL for a regular file or a path stat cannot see (opening it then says why). Readers of
+// model files ask before they open one: opening a FIFO for reading waits for a writer,
+// forever if none comes.
+static inline const char *not_regular_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return NULL;
+    return S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket"
+           : S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device"
+           : "a special file";
+}
+
 static inline FILE *xfopen(const char *path, const char *mode) {
     // fopen opens a directory for reading, and its "size" is then 2^63 - 1 bytes
     struct stat st;

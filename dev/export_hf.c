@@ -80,6 +80,8 @@ static int check_tokenizer(const char *dir, int V, int explicit_dir) {
         free(enc), free(bpe);
         return -1;
     }
+    const char *kind = not_regular_file(bpe);
+    if (kind) fatal("--tokenizer-dir %s: %s is %s, not a regular file", dir, bpe, kind);
     JsonDoc d;
     json_read_file(&d, enc, 64u << 20);
     if (d.root.type != JSON_OBJECT) fatal("%s is not a JSON object of tokens to ids", enc);
@@ -163,6 +165,13 @@ static void write_tokenizer(const char *dir, const char *tok_dir, const GPT2Conf
     free(enc), free(bpe);
 }
 
+// Whether path is the file that st describes (device and inode): another spelling of its
+// path, or a link to it.
+static int is_same_file(const char *path, const struct stat *st) {
+    struct stat p;
+    return stat(path, &p) == 0 && p.st_dev == st->st_dev && p.st_ino == st->st_ino;
+}
+
 static const char *const EXPORT_FILES[] = {"model.safetensors", "config.json", "generation_config.json",
                                            "vocab.json", "merges.txt", "tokenizer_config.json"};
 
@@ -176,6 +185,21 @@ static void export_checkpoint(const char *ckpt, const char *out_arg, const char 
     struct stat st;
     int exists = stat(out, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode)) fatal("%s exists and is not a directory", out);
+    // into an existing directory, each file is renamed over the one there: none may be an input
+    const char *tok_dir = tok_arg ? tok_arg : "data/gpt2";
+    char *inputs[3] = {xstrdup(ckpt), join(tok_dir, "encoder.json"), join(tok_dir, "vocab.bpe")};
+    for (int i = 0; exists && i < 3; i++) {
+        struct stat in;
+        if ((i > 0 && !strcmp(tok_dir, "none")) || stat(inputs[i], &in) != 0) continue;
+        for (size_t k = 0; k < sizeof EXPORT_FILES / sizeof EXPORT_FILES[0]; k++) {
+            char *to = join(out, EXPORT_FILES[k]);
+            if (is_same_file(to, &in))
+                fatal("%s, which the export writes, is %s, which it reads: the export would replace its own input; "
+                      "choose another OUT_DIR", to, inputs[i]);
+            free(to);
+        }
+    }
+    for (int i = 0; i < 3; i++) free(inputs[i]);
 
     GPT2Config cfg;
     float *params = gpt2_checkpoint_read(ckpt, &cfg);
@@ -193,7 +217,6 @@ static void export_checkpoint(const char *ckpt, const char *out_arg, const char 
         }
 
     int explicit_tok = tok_arg != NULL;
-    const char *tok_dir = tok_arg ? tok_arg : "data/gpt2";
     int eot = -1;
     if (strcmp(tok_dir, "none") != 0) eot = check_tokenizer(tok_dir, cfg.vocab_size, explicit_tok);
     int with_tok = eot >= 0;
@@ -255,12 +278,12 @@ static void remove_tmp_file(void) {
 // What would make the checkpoint's write fail after the whole conversion, refused before
 // it: OUT must be a path that a file can be renamed to, in a directory that exists.
 static void check_import_out(const char *dir, const char *out) {
-    struct stat st, in;
+    struct stat st;
     size_t ol = strlen(out);
     if (!ol || out[ol - 1] == '/') fatal("%s: the checkpoint to write needs a file name, not a directory", out);
     if (stat(out, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
-            if (stat(dir, &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
+            if (is_same_file(dir, &st))
                 fatal("--import %s %s: the checkpoint to write is the directory being imported; name a file "
                       "(e.g. model.bin)", dir, out);
             fatal("%s is a directory: the checkpoint to write needs a file name (e.g. %s/model.bin)", out, out);
@@ -280,6 +303,25 @@ static void check_import_out(const char *dir, const char *out) {
     char *tmp = (char *)xmalloc(ol + 8);
     snprintf(tmp, ol + 8, "%s.tmp", out);
     if (st_is_dir(tmp)) fatal("%s is a directory: the temporary file of %s cannot be written", tmp, out);
+    // the checkpoint and its temporary replace what is at their paths, after the whole model
+    // is read: an input there would be lost (the directory left without its config or weights)
+    const char *outs[2] = {out, tmp};
+    for (int o = 0; o < 2; o++) {
+        struct stat os;
+        if (stat(outs[o], &os) != 0) continue;
+        char **paths, *label;
+        size_t n = st_set_paths(dir, &paths, &label);
+        char *config = join(dir, "config.json");
+        for (size_t i = 0; i <= n + 1; i++) {
+            const char *in = i < n ? paths[i] : i == n ? label : config;
+            if (is_same_file(in, &os))
+                fatal("--import %s %s: %s, %s, is the file %s that the import reads, which it would replace; "
+                      "name another file for the checkpoint", dir, out, o ? "the checkpoint's temporary file"
+                      : "the checkpoint to write", outs[o], in);
+        }
+        for (size_t i = 0; i < n; i++) free(paths[i]);
+        free(paths), free(label), free(config);
+    }
     free(tmp);
 }
 

@@ -25,6 +25,11 @@ enum {
 static const char *const FP8_KIND_NAMES[] = {"qkv", "attproj", "fc", "fcproj", "head"};
 #define FP8_KINDS 5
 
+// The defaults of the options that apply with --fp8 1 only. A string option keeps its
+// default's own pointer until the command line sets it (args.h points it into argv), so one
+// given, even with the default's value, is told from one left alone.
+static const char FP8_LAYERS_DEFAULT[] = "auto", FP8_SCALING_DEFAULT[] = "delayed", FP8_WEIGHTS_DEFAULT[] = "auto";
+
 typedef struct {
     TrainOptions o;  // the options both trainers take
     // the GPU trainer's own options, as given
@@ -63,9 +68,9 @@ static void gpu_settings_defaults(GpuSettings *s) {
     s->comm = "nccl";
     s->max_memory = "";
     s->optimizer_state = "fp32";
-    s->fp8_layers = "auto";
-    s->fp8_scaling = "delayed";
-    s->fp8_weights = "auto";
+    s->fp8_layers = FP8_LAYERS_DEFAULT;
+    s->fp8_scaling = FP8_SCALING_DEFAULT;
+    s->fp8_weights = FP8_WEIGHTS_DEFAULT;
 }
 
 // The options that shape the model and its update: test_gpt2cu takes these; the trainer
@@ -239,12 +244,29 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     s->fp8_mask = fp8_layers_arg(s->fp8, s->fp8_layers);
     s->fp8_delayed = fp8_delayed_arg(s->fp8_scaling);
     s->fp8_cast = fp8_cast_arg(s->fp8_weights);
+    // without --fp8 1 these would be ignored, and a run meant to be in FP8 would train in bf16
+    const struct {
+        const char *flag, *value, *default_value;
+    } fp8_options[] = {{"--fp8-layers", s->fp8_layers, FP8_LAYERS_DEFAULT},
+                       {"--fp8-scaling", s->fp8_scaling, FP8_SCALING_DEFAULT},
+                       {"--fp8-weights", s->fp8_weights, FP8_WEIGHTS_DEFAULT}};
+    for (int i = 0; i < 3 && !s->fp8; i++)
+        if (fp8_options[i].value != fp8_options[i].default_value)
+            fatal("%s %s: needs --fp8 1 (without it no matmul runs in FP8); add --fp8 1, or leave %s out",
+                  fp8_options[i].flag, fp8_options[i].value, fp8_options[i].flag);
     if (s->cuda_graph && pg->world > 1)
         fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
               "--cuda-graph 0", pg->world);
     s->max_memory_bytes = 0;
-    if (*s->max_memory && !parse_bytes(s->max_memory, &s->max_memory_bytes))
-        fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G, or a number of bytes)", s->max_memory);
+    if (*s->max_memory && !parse_bytes(s->max_memory, &s->max_memory_bytes)) {
+        char with_unit[64];
+        size_t unused;
+        snprintf(with_unit, sizeof with_unit, "%sG", s->max_memory);
+        if (parse_bytes(with_unit, &unused))  // a number that a unit would make a size
+            fatal("--max-device-memory %s: give a unit, K, M, G or T (binary: G is 2^30 bytes), e.g. 16G",
+                  s->max_memory);
+        fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G)", s->max_memory);
+    }
     if (s->prefetch_layers < 1 || s->prefetch_layers > 2)
         fatal("--prefetch-layers must be 1 or 2, got %d", s->prefetch_layers);
     if (s->zero_stage == 3 && s->cuda_graph)

@@ -4,9 +4,10 @@
 // the GPT-2 mapping to transformers' names and back (bit-exact), the import's refusals of
 // configs and weights our model cannot hold, build/export_hf --import's checks of its
 // output and of a config that does not describe its weights (the program run as it is
-// built, under resource limits), and a short mutation run in which no mutant may crash the
-// reader. The end-to-end checks (transformers, PyTorch logits, the rest of the command
-// line) are in dev/test/test_export_hf.py.
+// built, under resource limits), that neither direction writes over a file it reads and
+// that a FIFO in place of a model file is refused at once, and a short mutation run in
+// which no mutant may crash the reader. The end-to-end checks (transformers, PyTorch logits,
+// the rest of the command line) are in dev/test/test_export_hf.py.
 //   make build/export_hf build/san/test_export_hf && build/san/test_export_hf
 #include "testutil.h"
 #include "../../common/checkpoint.h"
@@ -563,6 +564,7 @@ static void test_import_refusals(void) {
 
 static const char *g_args[8];              // its arguments, NULL-terminated
 static rlim_t g_file_limit, g_mem_limit;   // RLIMIT_FSIZE and RLIMIT_AS of its run; 0: none
+#define EXPORT_HF_SECONDS 30               // a run that waits (on a FIFO) is killed, and fails its case
 
 static void child_export_hf(const char *unused) {
     (void)unused;
@@ -579,6 +581,7 @@ static void child_export_hf(const char *unused) {
         struct rlimit r = {g_mem_limit, g_mem_limit};
         setrlimit(RLIMIT_AS, &r);
     }
+    alarm(EXPORT_HF_SECONDS);  // kept across execv
     execv(EXPORT_HF, argv);
     fprintf(stderr, "cannot run %s (make build/export_hf): %s\n", EXPORT_HF, strerror(errno));
     _exit(2);
@@ -587,6 +590,12 @@ static void child_export_hf(const char *unused) {
 static void set_args(const char *a, const char *b, const char *c) {
     memset(g_args, 0, sizeof g_args);
     g_args[0] = a, g_args[1] = b, g_args[2] = c;
+}
+
+// An export of CHECKPOINT to OUT_DIR without a tokenizer.
+static void set_export_args(const char *ckpt, const char *out) {
+    set_args(ckpt, out, "--tokenizer-dir");
+    g_args[3] = "none";
 }
 
 static void test_import_cli(void) {
@@ -636,6 +645,78 @@ static void test_import_cli(void) {
                    NULL);
     g_mem_limit = 0;
     CHECK(!file_exists(out), "a refused import wrote %s", out);
+}
+
+// Expects the run of g_args to be refused with the needles, and path to hold what it held.
+static void expect_kept(const char *what, const char *path, const char *n1, const char *n2) {
+    size_t n0, n;
+    uint8_t *before = xread_file(path, &n0);
+    expect_failure(what, child_export_hf, NULL, n1, n2, NULL);
+    uint8_t *after = xread_file(path, &n);
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(n == n0 && !memcmp(before, after, n) && !file_exists(tmp), "%s: %s was changed", what, path);
+    free(before), free(after);
+}
+
+// Neither direction writes over a file it reads, however the output names it; a model file
+// that is not a regular file is refused before it is opened (opening a FIFO waits for a
+// writer, forever if none comes).
+static void test_inputs_kept_cli(void) {
+    if (!file_exists(EXPORT_HF)) {
+        CHECK(0, "%s is missing (make build/export_hf)", EXPORT_HF);
+        return;
+    }
+    float *p = random_params(&CFG, 7);
+    char dir[520], weights[600], config[600], other[700];
+    snprintf(dir, sizeof dir, "%s", make_hf_dir("keep", p, 0, ""));
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    snprintf(other, sizeof other, "%s/../keep/model.safetensors", dir);
+    set_args("--import", dir, weights);
+    expect_kept("--import DIR DIR/model.safetensors", weights, "that the import reads", weights);
+    set_args("--import", dir, config);
+    expect_kept("--import DIR DIR/config.json", config, "that the import reads", config);
+    set_args("--import", dir, other);
+    expect_kept("--import DIR DIR/../DIR/model.safetensors", weights, other, weights);
+    // a sharded directory: each shard and the index are inputs (test_import_variants's directory)
+    char sharded[520], shard[600], index[600];
+    snprintf(sharded, sizeof sharded, "%s", tmp_path("sharded"));
+    snprintf(shard, sizeof shard, "%s/model-00002-of-00002.safetensors", sharded);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", sharded);
+    set_args("--import", sharded, shard);
+    expect_kept("--import DIR DIR/<a shard>", shard, "that the import reads", shard);
+    set_args("--import", sharded, index);
+    expect_kept("--import DIR DIR/model.safetensors.index.json", index, "that the import reads", index);
+    // an export into a directory that holds the checkpoint under a name the export writes
+    const char *out = tmp_path("keep_out");
+    mkdir(out, 0755);
+    static const char *const names[] = {"model.safetensors", "config.json"};
+    for (int i = 0; i < 2; i++) {
+        char ckpt[700];
+        snprintf(ckpt, sizeof ckpt, "%s/%s", out, names[i]);
+        gpt2_checkpoint_write(ckpt, &CFG, p, 0);
+        set_export_args(ckpt, out);
+        expect_kept(names[i], ckpt, "which the export writes", "choose another OUT_DIR");
+        unlink(ckpt);
+    }
+    // a FIFO as the checkpoint, or as a Hugging Face directory's config or weights
+    const char *fifo = tmp_path("model.fifo"), *fifo_out = tmp_path("fifo_out");
+    CHECK(mkfifo(fifo, 0644) == 0, "mkfifo %s: %s", fifo, strerror(errno));
+    set_export_args(fifo, fifo_out);
+    expect_failure("a FIFO as the checkpoint", child_export_hf, NULL, fifo, "is a FIFO", NULL);
+    CHECK(!file_exists(fifo_out), "a refused export wrote %s", fifo_out);
+    for (int i = 0; i < 2; i++) {
+        char fdir[520], path[600];
+        snprintf(fdir, sizeof fdir, "%s", make_hf_dir(i ? "fifo_config" : "fifo_weights", p, 0, ""));
+        snprintf(path, sizeof path, "%s/%s", fdir, i ? "config.json" : "model.safetensors");
+        unlink(path);
+        CHECK(mkfifo(path, 0644) == 0, "mkfifo %s: %s", path, strerror(errno));
+        set_args("--import", fdir, tmp_path("fifo.bin"));
+        expect_failure(path, child_export_hf, NULL, path, "is a FIFO", NULL);
+    }
+    CHECK(!file_exists(tmp_path("fifo.bin")), "a refused import wrote fifo.bin");
+    free(p);
 }
 
 // ---------------------------------------------------------------------------
@@ -705,6 +786,7 @@ int main(void) {
     run_case("gpt2: import of bare names, lm_head, shards", test_import_variants);
     run_case("gpt2: import refusals (config, weights)", test_import_refusals);
     run_case("export_hf --import: output, cleanup, shapes", test_import_cli);
+    run_case("export_hf: no output over an input; FIFOs", test_inputs_kept_cli);
     run_case("safetensors: 400 mutants, no crash", test_mutants);
     if (!g_failed) remove_tree(g_dir);
     else printf("files kept in %s\n", g_dir);

@@ -1,7 +1,8 @@
 // test_memory_budget.c: --max-device-memory (common/memory_budget.h): parse_bytes takes the
-// documented sizes in binary units and refuses anything else; memory_micro_steps counts whole
-// micro-steps only; against a fake plan with an explicit cost formula (bf16 moments cost less),
-// the settings that memory_suggestions names are those a brute force over every (B, r, ranks,
+// documented sizes in binary units, a unit required, and refuses anything else;
+// memory_micro_steps counts whole micro-steps only; against a fake plan with an explicit cost
+// formula (bf16 moments cost less), the settings that memory_suggestions names are those a
+// brute force over every (B, r, ranks,
 // ZeRO stage, moments, offload) finds, each fits and keeps the tokens per step, --optimizer-state
 // bf16 only at the run's ranks and stage and only for a run with fp32 moments, --offload 2 only
 // at the run's ranks, stage and moments and only for a run without it, -z 3 --offload 2 on one
@@ -29,8 +30,8 @@ static void test_parse_accepted(void) {
         {"16G", (size_t)16 << 30},   {"16g", (size_t)16 << 30},      {"16GiB", (size_t)16 << 30},
         {"16GB", (size_t)16 << 30},  {"16gb", (size_t)16 << 30},    {"16gib", (size_t)16 << 30},
         {"512M", (size_t)512 << 20}, {"1.5G", (size_t)3 << 29},
-        {"1T", (size_t)1 << 40},     {"2K", 2048},                   {"123456", 123456},
-        {"512MiB", (size_t)512 << 20}, {"0.5K", 512},                {"1", 1},
+        {"1T", (size_t)1 << 40},     {"2K", 2048},                   {"1K", 1024},
+        {"512MiB", (size_t)512 << 20}, {"0.5K", 512},                {"0.0009765625K", 1},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         size_t got = 0;
@@ -41,10 +42,11 @@ static void test_parse_accepted(void) {
 }
 
 static void test_parse_refused(void) {
-    // "0.1" is less than one byte; "1e30G" is past what a size_t holds; "16 G" has a space; a
-    // sign, a leading space or hex are not sizes a user means
+    // a number without a unit: "16" would be 16 bytes, never a budget meant; "0.0001K" is less
+    // than one byte; "1e30G" is past what a size_t holds; "16 G" has a space; a sign, a
+    // leading space or hex are not sizes a user means
     const char *bad[] = {"", "G", "16X", "-1G", "0", "0G", "nan", "inf", "1e30G", "16 G", "16Gx", "0.1", "GiB", "16iB",
-                         " 16G", "+16G", "0x10G"};
+                         " 16G", "+16G", "0x10G", "16", "1", "123456", "16B", "0.0001K"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t got = 7;
         CHECK(parse_bytes(bad[i], &got) == 0, "\"%s\" accepted as %zu bytes", bad[i], got);
