@@ -693,27 +693,38 @@ static int generate_main(const TrainOptions *o) {
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints (file names and layout: common/train_common.h, common/checkpoint.h)
+// Checkpoints (file names and the order that keeps them whole: common/run_dir.h; formats: common/checkpoint.h)
 
-// run carries what the run adds to the state (log length, skipped updates, settings).
-static void save_checkpoint(GPT2 *model, const DataLoader *loader, const char *dir, int step, uint64_t rng,
+// run carries what the run adds to the state (log length, skipped updates, settings). Both
+// files are written in full before either is renamed into place, the state last: a step
+// whose state file exists has a whole checkpoint, and one stopped between the two renames
+// leaves the state's temporary to say so.
+static void save_checkpoint(GPT2 *model, const DataLoader *loader, const RunDir *rd, int step, uint64_t rng,
                             const TrainState *run) {
-    char mp[PATH_CAP], sp[PATH_CAP];
-    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    char mn[64], sn[64];
+    run_checkpoint_name(mn, sizeof mn, RUN_NAME_MODEL, step, 0);
+    run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, 0);
     TrainState s = train_state_for(run, step, rng, loader);
-    s.model_crc = gpt2_checkpoint_write(mp, &model->config, model->params, 0);
+    AtomicFile mf = run_dir_begin(rd, mn);
+    s.model_crc = gpt2_checkpoint_write_to(&mf, &model->config, model->params, 0);
     s.n = model->num_params;
     s.m = model->m;
     s.v = model->v;
     s.fp8_n = 0;  // the GPU trainer's --fp8 state; none here
     s.fp8 = NULL;
-    train_state_write(sp, &s);
+    AtomicFile sf = run_dir_begin(rd, sn);
+    train_state_write_to(&sf, &s);
+    run_dir_finish(rd, &mf);
+    run_dir_finish(rd, &sf);
 }
 
-static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, int step, TrainState *run,
+static void load_checkpoint(GPT2 *model, DataLoader *loader, const RunDir *rd, int step, TrainState *run,
                             uint64_t *rng) {
-    char mp[PATH_CAP], sp[PATH_CAP];
-    checkpoint_paths(dir, step, mp, sp, sizeof mp);
+    char mn[64], sn[64], mp[PATH_CAP], sp[PATH_CAP];
+    run_checkpoint_name(mn, sizeof mn, RUN_NAME_MODEL, step, 0);
+    run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, 0);
+    run_dir_path(rd, mp, mn);
+    run_dir_path(rd, sp, sn);
     GPT2Config cfg;
     float *params = gpt2_checkpoint_read(mp, &cfg);
     if (memcmp(&cfg, &model->config, sizeof cfg) != 0)
@@ -731,7 +742,6 @@ static void load_checkpoint(GPT2 *model, DataLoader *loader, const char *dir, in
     free(s.fp8);  // a GPU run's FP8 scaling state: nothing here uses it
     train_state_resume(&s, loader, run, rng);
     if (s.has_ext) run_settings_report(s.settings, run->settings);
-    logger_truncate(dir, s.log_bytes, s.json_bytes);
 }
 
 // ----------------------------------------------------------------------------
@@ -779,7 +789,7 @@ static void trainer_sample(void *t) {
 
 static void trainer_save(void *t, int step1) {
     Trainer *r = (Trainer *)t;
-    save_checkpoint((GPT2 *)r->model, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
+    save_checkpoint((GPT2 *)r->model, &r->data->train, r->rd, step1, *r->rng, r->run);
     printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 
@@ -837,9 +847,11 @@ int main(int argc, char **argv) {
     if (o.generate) return generate_main(&o);
     int B = o.B, T = o.T;
 
+    RunDir rd;  // -o: locked now; nothing there is removed or written before every check has passed
+    run_dir_open(&rd, o.out_dir, 0, 1);
     GPT2Config cfg;
     float *params = gpt2_params_from_model_arg(o.model_arg, T, (uint64_t)o.seed, &cfg);
-    run_dir_claim(&o, 1);  // after -e is read: --overwrite 1 may remove the file it names
+    run_dir_claim(&rd, o.resume, o.overwrite, o.model_arg);
     GPT2 model;
     gpt2_build(&model, &cfg, params);
 
@@ -861,28 +873,31 @@ int main(int argc, char **argv) {
     TrainState run;  // what the checkpoints carry besides the weights and moments
     memset(&run, 0, sizeof run);
     run_settings_pack(&o, max_steps, 1, run.settings);
-    int start_step = o.resume ? resume_pick_step(o.out_dir, 0, 0, NULL, NULL) : -1;
+    int start_step = o.resume ? resume_pick_step(&rd, 0, 0, NULL, NULL) : -1;
     if (start_step >= 0) {
-        load_checkpoint(&model, &data.train, o.out_dir, start_step, &run, &rng);
+        load_checkpoint(&model, &data.train, &rd, start_step, &run, &rng);
         printf("resumed from %s at step %d\n", o.out_dir, start_step);
         if (start_step >= max_steps)
             printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
     }
-    Logger lg;
-    run_logger_open(&lg, &o, start_step, 0);
-    metrics_header(&lg, "train_gpt2", "fp32", &cfg, &o, max_steps, 1, start_step);
+    const int resume_step = start_step;
     if (start_step < 0) start_step = 0;
-    const int can_sample = sampling_possible(&cfg, &o, &data.tok, T, 0);
-    train_data_start_reading(&data, &o);
-
+    Trace trace;  // --trace: the timeline of a few steps
+    trace_start(&trace, "train_gpt2", &o, start_step, max_steps, 1, 1);
+    memory_trace_list(&trace.mem, &model, B, T);
     int *inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_inputs = (int *)xmalloc((size_t)B * T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)B * T * sizeof(int));
-    Trace trace;  // --trace: the timeline of a few steps
-    trace_start(&trace, "train_gpt2", &o, start_step, max_steps, 1, 1);
-    memory_trace_list(&trace.mem, &model, B, T);
-    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, 0, &trace};
+
+    // every check has passed: the run may change -o now
+    run_dir_start(&rd, o.resume, resume_step, 0);
+    Logger lg;
+    run_logger_open(&lg, &rd, resume_step, &run, 0);
+    metrics_header(&lg, "train_gpt2", "fp32", &cfg, &o, max_steps, 1, resume_step);
+    const int can_sample = sampling_possible(&cfg, &o, &data.tok, T, 0);
+    train_data_start_reading(&data, &o);
+    Trainer tr = {&model, &data, &o, &run, &rng, &lg, val_inputs, val_targets, &rd, NULL, NULL, &trace};
     const BetweenStepsFns between = {trainer_evaluate, trainer_hellaswag, trainer_sample, trainer_save};
     double flops_per_step = gpt2_flops_per_token(&cfg, T) * o.total_batch;
     if (o.overfit) dataloader_next(&data.train, inputs, targets);

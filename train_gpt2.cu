@@ -107,7 +107,7 @@ static void between_sample(void *tr) {
 static void between_save(void *tr, int step1) {
     Trainer *r = (Trainer *)tr;
     GpuTrainer *t = (GpuTrainer *)r->model;
-    trainer_save_checkpoint(t, &r->data->train, r->o->out_dir, step1, *r->rng, r->run);
+    trainer_save_checkpoint(t, &r->data->train, r->rd, step1, *r->rng, r->run);
     if (t->dp.rank == 0) printf("checkpoint written: %s/model_%08d.bin\n", r->o->out_dir, step1);
 }
 
@@ -118,11 +118,13 @@ static long pg_sum_cb(const void *ctx, long v) { return pg_sum_long((const Proce
 
 // -y 1: the newest checkpoint intact on every rank (-1: none). The ranks agree through MPI;
 // ranks from the environment have no host collective, and each checks its own files.
-static int resume_step_pick(const TrainOptions *o, const ProcessGroup *pg, int shard_rank) {
+static int resume_step_pick(const TrainOptions *o, const RunDir *rd, const ProcessGroup *pg, int shard_rank) {
     if (!o->resume) return -1;
-    return resume_pick_step(o->out_dir, shard_rank, pg->rank != 0, pg->world > 1 && pg->using_mpi ? pg_sum_cb : NULL,
-                            pg);
+    return resume_pick_step(rd, shard_rank, pg->rank != 0, pg->world > 1 && pg->using_mpi ? pg_sum_cb : NULL, pg);
 }
+
+// -nk's agreement between the ranks, on the device (every backend has it)
+static long trainer_sum_cb(const void *ctx, long v) { return trainer_sum_over_ranks((GpuTrainer *)ctx, v); }
 
 // Rank r takes GPU local_rank (NCCL: one each; the MPI backend: shared); returns its index.
 static int gpu_open(const ProcessGroup *pg, int backend, cudaDeviceProp *prop) {
@@ -319,7 +321,6 @@ int main(int argc, char **argv) {
     if (o->generate) return generate_main(&s, &pg);
     GPT2Config cfg;
     float *host_params = gpt2_params_from_model_arg(o->model_arg, o->T, (uint64_t)o->seed, &cfg);
-    run_dir_claim(o, rank0);  // rank 0 locks -o for the run; after -e is read, which --overwrite 1 may remove
     char model_name[4200];
     snprintf(model_name, sizeof model_name, "-e %s", o->model_arg);
     gpu_settings_for_model(&s, &cfg, model_name);
@@ -328,13 +329,18 @@ int main(int argc, char **argv) {
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0",
                    s.zero_stage, pg.world, bad, cfg.channels);
     const int shard_rank = zl.world > 1 ? pg.rank : 0;
+    // -o: rank 0 locks it for the run; nothing there is removed or written before every check has passed on
+    // every rank. This process writes rank 0's checkpoint files, a ZeRO rank's shard, or none.
+    RunDir rd;
+    run_dir_open(&rd, o->out_dir, shard_rank == 0 && !rank0 ? -1 : shard_rank, rank0);
+    if (rank0) run_dir_claim(&rd, o->resume, o->overwrite, o->model_arg);
     const PlanInput plan = {&cfg, &s};
     const MemorySetting setting = gpu_memory_setting(&s, pg.world);
     fp8_weights_resolve(&s, &cfg, setting);
     memory_budget_gate(&plan, setting, rank0);
     TrainData data;
     train_data_open(&data, o, cfg.vocab_size, pg.rank, pg.world);
-    const int resume_step = resume_step_pick(o, &pg, shard_rank);
+    const int resume_step = resume_step_pick(o, &rd, &pg, shard_rank);
 
     // the GPU, the ranks' communicator, the trainer
     cudaDeviceProp prop;
@@ -355,25 +361,13 @@ int main(int argc, char **argv) {
     run_settings_pack(o, data.max_steps, pg.world, run.settings);
     const int start_step = resume_step >= 0 ? resume_step : 0, max_steps = data.max_steps;
     if (resume_step >= 0) {
-        trainer_load_checkpoint(&t, &data.train, o->out_dir, resume_step, &run, &rng);
+        trainer_load_checkpoint(&t, &data.train, &rd, resume_step, &run, &rng);
         if (rank0) printf("resumed from %s at step %d\n", o->out_dir, start_step);
         if (rank0 && start_step >= max_steps)
             printf("the run finished at step %d (-x %d): nothing left to train\n", start_step, max_steps);
     }
-    Logger lg;
-    run_logger_open(&lg, o, resume_step, !rank0);
-    metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, o, max_steps, pg.world, resume_step);
-    // (under -z 3 with several ranks a forward gathers from every rank: rank 0 cannot sample alone)
-    const int can_sample = rank0 && !(s.zero_stage == 3 && pg.world > 1) &&
-                           sampling_possible(&cfg, o, &data.tok, t.model.T, !rank0);
-    if (rank0 && s.zero_stage == 3 && pg.world > 1 && o->gen_tokens > 0 && o->sample_every > 0)
-        printf("sampling: off with -z 3 over %d ranks (a forward needs every rank); sample a checkpoint with "
-               "--generate\n", pg.world);
-    train_data_start_reading(&data, o);
     int *val_inputs = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));
     int *val_targets = (int *)xmalloc((size_t)o->B * o->T * sizeof(int));
-    // the checkpoint files this process writes (pruned by -nk): rank 0's, a ZeRO rank's shard, or none
-    const int prune_rank = shard_rank == 0 && !rank0 ? -1 : shard_rank;
     Trace trace;  // --trace: the timeline of a few steps
     trace_start(&trace, "train_gpt2cu", o, start_step, max_steps, step_meter_warmup_steps(data.accum), rank0);
     gpu_tracer_start(&trace);
@@ -381,10 +375,25 @@ int main(int argc, char **argv) {
     trace.in_use = device_in_use_since;
     trace.in_use_ctx = (void *)&used0;
     t.phases.trace = &trace;
-    Trainer between_ctx = {&t, &data, o, &run, &rng, &lg, val_inputs, val_targets, prune_rank, &trace};
-    const BetweenStepsFns between = {between_evaluate, between_hellaswag, between_sample, between_save};
+    train_data_start_reading(&data, o);
     TrainBatches batches;
     train_batches_init(&batches, &t.batch, &data.train, o->overfit, s.prefetch);
+
+    // every check has passed on every rank: the run may change -o now
+    dp_barrier(&t.dp, t.info + INFO_BARRIER);
+    run_dir_start(&rd, o->resume, resume_step, !rank0);
+    Logger lg;
+    run_logger_open(&lg, &rd, resume_step, &run, !rank0);
+    metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, o, max_steps, pg.world, resume_step);
+    // (under -z 3 with several ranks a forward gathers from every rank: rank 0 cannot sample alone)
+    const int can_sample = rank0 && !(s.zero_stage == 3 && pg.world > 1) &&
+                           sampling_possible(&cfg, o, &data.tok, t.model.T, !rank0);
+    if (rank0 && s.zero_stage == 3 && pg.world > 1 && o->gen_tokens > 0 && o->sample_every > 0)
+        printf("sampling: off with -z 3 over %d ranks (a forward needs every rank); sample a checkpoint with "
+               "--generate\n", pg.world);
+    Trainer between_ctx = {&t, &data, o, &run, &rng, &lg, val_inputs, val_targets, &rd,
+                           pg.world > 1 ? trainer_sum_cb : NULL, &t, &trace};
+    const BetweenStepsFns between = {between_evaluate, between_hellaswag, between_sample, between_save};
     AdamWConfig h = {o->lr, 0.9f, 0.95f, 1e-8f, o->weight_decay, o->grad_clip, 0.0f, 0.0f};
     const double flops_per_step = gpt2_flops_per_token(&cfg, o->T) * o->total_batch;
     const double peak_flops = gpu_peak_flops(s.tf32) * pg.world;  // MFU is per GPU

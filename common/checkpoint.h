@@ -284,34 +284,34 @@ static inline uint32_t header_checksum(const int *h) {
     return h[CKSUM_TAG_SLOT] == CKSUM_TAG ? (uint32_t)h[CKSUM_SLOT] : 0u;
 }
 
-// Streams header and body into an atomic file, tagging the header and computing the
-// checksum on the way; the header is rewritten with it before the file is committed.
+// Streams header and body into an atomic file (common/util.h), tagging the header and
+// computing the checksum on the way; cw_finish rewrites the header with it. The caller
+// commits the file: a checkpoint commits its two files in the order that keeps it whole.
 typedef struct {
-    AtomicFile a;
+    AtomicFile *a;
     int h[HEADER_INTS];
     uint32_t crc;
 } ChecksummedWriter;
 
-static inline void cw_open(ChecksummedWriter *w, const char *path, const int *header) {
+static inline void cw_open(ChecksummedWriter *w, AtomicFile *a, const int *header) {
     memcpy(w->h, header, sizeof w->h);
     w->h[CKSUM_TAG_SLOT] = CKSUM_TAG;
     w->h[CKSUM_SLOT] = 0;
-    w->a = atomic_open(path);
-    xfwrite(w->h, sizeof(int), HEADER_INTS, w->a.f, w->a.tmp_path);
+    w->a = a;
+    atomic_write(a, w->h, sizeof(int), HEADER_INTS);
     w->crc = crc32c_update(0, w->h, sizeof w->h);
 }
 
 static inline void cw_write(ChecksummedWriter *w, const void *data, size_t size, size_t count) {
-    xfwrite(data, size, count, w->a.f, w->a.tmp_path);
+    atomic_write(w->a, data, size, count);
     w->crc = crc32c_update(w->crc, data, size * count);
 }
 
 // Returns the checksum written.
-static inline uint32_t cw_commit(ChecksummedWriter *w) {
+static inline uint32_t cw_finish(ChecksummedWriter *w) {
     w->h[CKSUM_SLOT] = (int)w->crc;
-    if (fseeko(w->a.f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", w->a.tmp_path, strerror(errno));
-    xfwrite(w->h, sizeof(int), HEADER_INTS, w->a.f, w->a.tmp_path);
-    atomic_commit(&w->a);
+    if (fseeko(w->a->f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", w->a->tmp_path, strerror(errno));
+    atomic_write(w->a, w->h, sizeof(int), HEADER_INTS);
     return w->crc;
 }
 
@@ -327,15 +327,16 @@ static inline void config_to_header(const GPT2Config *c, int version, int *h) {
     h[7] = c->padded_vocab_size;
 }
 
-// Writes fp32 params (n = gpt2_num_params) as version 3, or as bf16 version 5; returns
-// the file's checksum (a training state records it, to tie itself to this model file).
-static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config *cfg, const float *params,
-                                             int as_bf16) {
+// Writes fp32 params (n = gpt2_num_params) as version 3, or as bf16 version 5, into a,
+// uncommitted; returns the file's checksum (a training state records it, to tie itself to
+// this model file).
+static inline uint32_t gpt2_checkpoint_write_to(AtomicFile *a, const GPT2Config *cfg, const float *params,
+                                                int as_bf16) {
     int h[HEADER_INTS];
     config_to_header(cfg, as_bf16 ? CKPT_VERSION_BF16 : CKPT_VERSION_FP32, h);
     size_t n = gpt2_num_params(cfg);
     ChecksummedWriter w;
-    cw_open(&w, path, h);
+    cw_open(&w, a, h);
     if (!as_bf16) {
         cw_write(&w, params, sizeof(float), n);
     } else {
@@ -348,7 +349,16 @@ static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config 
         }
         free(tmp);
     }
-    return cw_commit(&w);
+    return cw_finish(&w);
+}
+
+// The same into the file at path, replaced atomically.
+static inline uint32_t gpt2_checkpoint_write(const char *path, const GPT2Config *cfg, const float *params,
+                                             int as_bf16) {
+    AtomicFile a = atomic_open(path);
+    uint32_t crc = gpt2_checkpoint_write_to(&a, cfg, params, as_bf16);
+    atomic_commit(&a);
+    return crc;
 }
 
 // ---------------------------------------------------------------------------
@@ -479,7 +489,8 @@ static inline int64_t train_state_bytes(int version, int64_t n, int has_master, 
            (version >= 3 ? (int64_t)4 * fp8_n : 0);
 }
 
-static inline void train_state_write(const char *path, const TrainState *s) {
+// Writes s into a, uncommitted (the run directory commits it after the model file).
+static inline void train_state_write_to(AtomicFile *a, const TrainState *s) {
     if (s->loader_pos_bytes > STATE_LOADER_POS_MAX) fatal("internal: data loader position too large");
     int h[HEADER_INTS];
     memset(h, 0, sizeof h);
@@ -506,20 +517,28 @@ static inline void train_state_write(const char *path, const TrainState *s) {
     memcpy(&h[67], &s->json_bytes, 8);
     h[69] = s->fp8_n;
     ChecksummedWriter w;
-    cw_open(&w, path, h);
+    cw_open(&w, a, h);
     cw_write(&w, s->m, sizeof(float), s->n);
     cw_write(&w, s->v, sizeof(float), s->n);
     if (s->master) cw_write(&w, s->master, sizeof(float), s->n);
     cw_write(&w, s->recent_loss.values, sizeof(float), OUTLIER_WINDOW);
     cw_write(&w, s->recent_norm.values, sizeof(float), OUTLIER_WINDOW);
     if (s->fp8_n > 0) cw_write(&w, s->fp8, sizeof(float), (size_t)s->fp8_n);
-    cw_commit(&w);
+    cw_finish(&w);
+}
+
+static inline void train_state_write(const char *path, const TrainState *s) {
+    AtomicFile a = atomic_open(path);
+    train_state_write_to(&a, s);
+    atomic_commit(&a);
 }
 
 // Reads a state file's header and checks what it says on its own: magic, version, the
 // step against the one its name gives (expect_step; -1: not checked) and the file's
 // length. Returns NULL, or a description of the problem (in why).
 static inline const char *train_state_header_problem(const char *path, int expect_step, int *h, char *why, size_t cap) {
+    const char *kind = not_regular_file(path);
+    if (kind) { snprintf(why, cap, "it is %s, not a regular file", kind); return why; }
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
     struct stat st;
@@ -631,16 +650,17 @@ static inline void train_state_read(const char *path, TrainState *s) {
 
 // Streams a file of ours and checks its checksum without stopping: NULL if it matches or
 // the file has none, else why (for choosing which checkpoint to resume from).
-static inline const char *file_checksum_problem(const char *path, char *why, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
+// f: open at its start, closed here. Sets *tagged when the file carries a checksum.
+static inline const char *stream_checksum_problem(FILE *f, int *tagged, char *why, size_t cap) {
     int h[HEADER_INTS];
+    *tagged = 0;
     if (fread(h, sizeof(int), HEADER_INTS, f) != HEADER_INTS) {
         fclose(f);
         snprintf(why, cap, "shorter than its header");
         return why;
     }
     if (h[CKSUM_TAG_SLOT] != CKSUM_TAG) { fclose(f); return NULL; }
+    *tagged = 1;
     int hz[HEADER_INTS];
     memcpy(hz, h, sizeof hz);
     hz[CKSUM_SLOT] = 0;
@@ -660,9 +680,20 @@ static inline const char *file_checksum_problem(const char *path, char *why, siz
     return NULL;
 }
 
+static inline const char *file_checksum_problem(const char *path, char *why, size_t cap) {
+    const char *kind = not_regular_file(path);
+    if (kind) { snprintf(why, cap, "it is %s, not a regular file", kind); return why; }
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
+    int tagged;
+    return stream_checksum_problem(f, &tagged, why, cap);
+}
+
 // Checks a model checkpoint without stopping: its header, length and checksum. Returns
 // NULL or why; *crc gets its checksum (0 for a file without one).
 static inline const char *model_file_problem(const char *path, uint32_t *crc, char *why, size_t cap) {
+    const char *kind = not_regular_file(path);
+    if (kind) { snprintf(why, cap, "it is %s, not a regular file", kind); return why; }
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(why, cap, "cannot open it: %s", strerror(errno)); return why; }
     int h[HEADER_INTS];

@@ -1,7 +1,8 @@
 // logger.h: the one logger. Step lines and evaluation lines go to stdout and, when a
 // log directory is set, to <dir>/main.log; the same events as JSON objects, one a line,
 // go to <dir>/metrics.jsonl (logger_json), for plots and scripts (docs/formats.md). A
-// resumed run appends to both, after cutting each back to its length at the checkpoint.
+// resumed run appends to both, after cutting each back to its length at the checkpoint
+// (common/run_dir.h opens and cuts them).
 // Every write to the files is checked: a full disk stops the run, naming the file, rather
 // than losing the metrics silently.
 #ifndef COMMON_LOGGER_H
@@ -15,43 +16,36 @@ typedef struct {
     FILE *jsonl;   // metrics.jsonl
     int quiet;     // 1: print nothing (the ranks other than 0 of a multi-process run)
     char f_path[PATH_CAP], jsonl_path[PATH_CAP];
-    int ckpt_step; // the newest checkpoint the run wrote or resumed from (-1: none), for a failed write to name
 } Logger;
 
-static inline FILE *logger_open_file(const char *dir, const char *name, int append, char *path) {
-    path_join(path, PATH_CAP, dir, "%s", name);
-    FILE *f = xfopen(path, append ? "a" : "w");
-    // where appending starts, so that logger_bytes counts from the file's start
-    if (fseeko(f, 0, SEEK_END) != 0) fatal("cannot seek in %s: %s", path, strerror(errno));
-    return f;
-}
-
-// quiet: print and write nothing (then dir is ignored)
-static inline void logger_init(Logger *lg, const char *dir, int append, int quiet) {
-    lg->f = lg->jsonl = NULL;
+// log and jsonl: main.log and metrics.jsonl, opened by the run directory (NULL: a run
+// without -o), named in messages as log_path and jsonl_path. quiet: print and write nothing.
+static inline void logger_init(Logger *lg, FILE *log, const char *log_path, FILE *jsonl, const char *jsonl_path,
+                               int quiet) {
+    lg->f = quiet ? NULL : log;
+    lg->jsonl = quiet ? NULL : jsonl;
     lg->quiet = quiet;
-    lg->ckpt_step = -1;
-    lg->f_path[0] = lg->jsonl_path[0] = 0;
-    if (!dir || quiet) return;
-    lg->f = logger_open_file(dir, "main.log", append, lg->f_path);
-    lg->jsonl = logger_open_file(dir, "metrics.jsonl", append, lg->jsonl_path);
+    snprintf(lg->f_path, sizeof lg->f_path, "%s", log_path ? log_path : "");
+    snprintf(lg->jsonl_path, sizeof lg->jsonl_path, "%s", jsonl_path ? jsonl_path : "");
+    // where appending starts, so that logger_bytes counts from the file's start
+    if (lg->f && fseeko(lg->f, 0, SEEK_END) != 0) fatal("cannot seek in %s: %s", lg->f_path, strerror(errno));
+    if (lg->jsonl && fseeko(lg->jsonl, 0, SEEK_END) != 0)
+        fatal("cannot seek in %s: %s", lg->jsonl_path, strerror(errno));
 }
 
 // After a write to one of the log files (failed: the write itself reported an error, with
 // errno set): flushes it, and stops the run if anything failed. The checkpoints are written
-// apart (temporary file, then rename), so the newest stays intact, and the message says
-// where -y 1 would resume.
+// apart (temporary file, then rename), so the newest stays intact, and the error's note says
+// where -y 1 resumes (common/run_dir.h).
 static inline void logger_check(const Logger *lg, FILE *f, const char *path, int failed) {
+    (void)lg;
     int err = errno;
     if (fflush(f) != 0 && !failed) {
         failed = 1;
         err = errno;
     }
     if (!failed && !ferror(f)) return;
-    char resume[96] = "no checkpoint was written yet";
-    if (lg->ckpt_step >= 0)
-        snprintf(resume, sizeof resume, "the checkpoint of step %d is intact: -y 1 resumes from it", lg->ckpt_step);
-    fatal("cannot write %s: %s; the run stops here (%s)", path, err ? strerror(err) : "write error", resume);
+    fatal("cannot write %s: %s; the run stops here", path, err ? strerror(err) : "write error");
 }
 
 __attribute__((format(printf, 2, 3)))
@@ -101,22 +95,6 @@ static inline int64_t logger_file_bytes(const Logger *lg, FILE *f, const char *p
 }
 static inline int64_t logger_bytes(Logger *lg) { return logger_file_bytes(lg, lg->f, lg->f_path); }
 static inline int64_t logger_json_bytes(Logger *lg) { return logger_file_bytes(lg, lg->jsonl, lg->jsonl_path); }
-
-// Cuts <dir>/<name> back to keep bytes (before a resumed run appends to it); a shorter
-// file, or keep < 0 (not recorded), leaves it as it is.
-static inline void logger_truncate_file(const char *dir, const char *name, int64_t keep) {
-    char path[PATH_CAP];
-    path_join(path, sizeof path, dir, "%s", name);
-    struct stat st;
-    if (keep < 0 || stat(path, &st) != 0 || st.st_size <= keep) return;
-    if (truncate(path, (off_t)keep) != 0)
-        fatal("cannot cut %s back to %lld bytes: %s", path, (long long)keep, strerror(errno));
-}
-
-static inline void logger_truncate(const char *dir, int64_t keep_log, int64_t keep_json) {
-    logger_truncate_file(dir, "main.log", keep_log);
-    logger_truncate_file(dir, "metrics.jsonl", keep_json);
-}
 
 static inline void logger_close(Logger *lg) {
     if (lg->f && fclose(lg->f) != 0) fatal("error closing %s: %s", lg->f_path, strerror(errno));

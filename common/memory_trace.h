@@ -117,8 +117,9 @@ static inline void memory_trace_write(MemoryTrace *m, const char *program) {
     if (!m->active || m->done) return;
     m->active = 0;
     m->done = 1;
-    FILE *f = fopen(m->path, "w");
-    if (!f) fatal("--memory-trace: cannot write %s: %s", m->path, strerror(errno));
+    fatal_context_set("writing --memory-trace");
+    AtomicFile af = atomic_open(m->path);  // a temporary renamed over the path: never a half-written file
+    FILE *f = af.f;
     int ok = fprintf(f, "{\"memoryTrace\": 1, \"program\": \"%s\", \"step\": %d, \"peak_bytes\": %zu, \"categories\": [",
                      program, m->step, memory_trace_peak(m)) >= 0;
     for (int c = 0; c < MEM_CATEGORIES; c++) ok &= fprintf(f, "%s\"%s\"", c ? ", " : "", MEM_CATEGORY_NAMES[c]) >= 0;
@@ -146,8 +147,9 @@ static inline void memory_trace_write(MemoryTrace *m, const char *program) {
         ok &= fprintf(f, "}, \"total\": %zu}", listed + s->other) >= 0;
     }
     ok &= fputs("]}\n", f) != EOF;
-    ok = fclose(f) == 0 && ok;
-    if (!ok) fatal("--memory-trace: error writing %s: %s", m->path, strerror(errno));
+    if (!ok) fatal("cannot write %s: %s", af.tmp_path, strerror(errno));
+    atomic_commit(&af);
+    fatal_context_set(NULL);
     m->peak = memory_trace_peak(m);
     printf("memory trace of step %d written: %s (peak %.0f MiB)\n", m->step, m->path, m->peak / (1024.0 * 1024.0));
     free(m->allocs);

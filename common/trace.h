@@ -30,7 +30,8 @@ typedef struct {
 typedef struct {
     const char *path;        // NULL: no trace
     const char *program;     // the trainer that writes it
-    FILE *f;
+    FILE *f;             // file.f while the trace is being written
+    AtomicFile file;     // written under a temporary name, renamed over the path once complete
     int first, last;         // the traced steps (from 1), inclusive
     int active;              // the current step is traced
     int step;                // the current step (from 1)
@@ -87,8 +88,8 @@ static inline void trace_open(Trace *t, const char *program, const char *path, i
     t->path = path;
     t->first = first;
     t->last = last;
-    t->f = fopen(path, "w");
-    if (!t->f) fatal("--trace: cannot write %s: %s", path, strerror(errno));
+    t->file = atomic_open(path);
+    t->f = t->file.f;
     if (fputs("{\"traceEvents\": [\n", t->f) == EOF) fatal("--trace: error writing %s: %s", path, strerror(errno));
 }
 
@@ -108,7 +109,7 @@ static inline void trace_event(Trace *t, const char *fmt, ...) {
     va_start(ap, fmt);
     int ok = fputs(t->events ? ",\n" : "", t->f) != EOF && vfprintf(t->f, fmt, ap) >= 0;
     va_end(ap);
-    if (!ok) fatal("--trace: error writing %s: %s", t->path, strerror(errno));
+    if (!ok) fatal("--trace: error writing %s: %s", t->file.tmp_path, strerror(errno));
     t->events++;
 }
 
@@ -181,13 +182,15 @@ static inline void trace_finish(Trace *t) {
     int ok = fprintf(t->f, "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"program\": \"%s\", \"steps\": [%d, "
                      "%d], \"clock\": \"host monotonic clock, microseconds from the start of the run\"}}\n", t->program,
                      t->first, t->last) >= 0;
-    ok = fclose(t->f) == 0 && ok;
+    if (!ok) fatal("--trace: error writing %s: %s", t->file.tmp_path, strerror(errno));
+    fatal_context_set("writing --trace");
+    atomic_commit(&t->file);
+    fatal_context_set(NULL);
     t->f = NULL;
     t->done = 1;
     free(t->kept);
     t->kept = NULL;
     t->nkept = t->capkept = 0;
-    if (!ok) fatal("--trace: error writing %s: %s", t->path, strerror(errno));
     printf("trace of steps %d..%d written: %s\n", t->first, t->last, t->path);
 }
 

@@ -1,7 +1,7 @@
 // train_common.h: what the CPU and GPU trainers share around the model: the training
 // options (one table of flags, one set of defaults, one validation), GPT-2's random
-// initialisation, resolving -e into parameters, the run directory's checkpoint file
-// names, and drawing a sample from a distribution.
+// initialisation, resolving -e into parameters, the run's logs, the work between steps
+// and drawing a sample from a distribution (the run directory itself: common/run_dir.h).
 #ifndef COMMON_TRAIN_COMMON_H
 #define COMMON_TRAIN_COMMON_H
 #include "util.h"
@@ -174,25 +174,48 @@ static inline void output_file_check(const char *option, const char *path) {
     remove(path);
 }
 
-// Makes the run directory (and its parents), or stops saying why it cannot.
-static inline void make_run_dir(const char *dir) {
-    char *p = xstrdup(dir);
-    for (char *c = p + 1; ; c++) {
-        if (*c != '/' && *c) continue;
-        char keep = *c;
-        *c = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("-o: cannot create directory %s: %s", p, strerror(errno));
-        *c = keep;
-        if (!keep) break;
+// An output file named by an option must be neither one of the run's inputs (-e, the -i and
+// -j shards, the HellaSwag file) nor a run's file (its logs, checkpoints, lock: in this run's
+// -o, or any existing file of such a name): writing it would destroy what a run reads or keeps.
+static inline void output_file_distinct(const char *option, const char *path, const TrainOptions *o) {
+    struct stat out, st;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t dir_len = o->out_dir ? strlen(o->out_dir) : 0;
+    while (dir_len > 1 && o->out_dir[dir_len - 1] == '/') dir_len--;
+    const int in_out_dir = o->out_dir && base - path == (ptrdiff_t)dir_len + 1 && !strncmp(path, o->out_dir, dir_len);
+    if (run_name_parse(base).kind != RUN_NAME_OTHER && (stat(path, &st) == 0 || in_out_dir))
+        fatal("%s %s: that is a training run's file (its log, checkpoint or lock); name another file", option, path);
+    if (o->out_dir && stat(o->out_dir, &st) == 0) {
+        char *dir = xstrdup(path), *slash = strrchr(dir, '/');
+        if (slash == dir) dir[1] = 0;  // "/name" lies in "/"
+        else if (slash) *slash = 0;
+        struct stat dst;
+        if (stat(slash ? dir : ".", &dst) == 0 && dst.st_dev == st.st_dev && dst.st_ino == st.st_ino &&
+            run_name_parse(base).kind != RUN_NAME_OTHER)
+            fatal("%s %s: that is one of the run's own files in -o %s; name a file outside them", option, path,
+                  o->out_dir);
+        free(dir);
     }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("-o: %s exists and is not a directory", dir);
-    if (access(dir, W_OK) != 0) fatal("-o: cannot write to directory %s: %s", dir, strerror(errno));
-    free(p);
+    if (stat(path, &out) != 0) return;
+    const char *inputs[] = {o->model_arg, o->hellaswag ? o->hellaswag_file : NULL, o->train_pattern, o->val_pattern};
+    const char *what[] = {"the model -e reads", "the HellaSwag file", "a training shard (-i)",
+                          "a validation shard (-j)"};
+    for (int i = 0; i < 4; i++) {
+        if (!inputs[i] || !*inputs[i]) continue;
+        glob_t g;
+        if (glob(inputs[i], GLOB_NOCHECK, NULL, &g) != 0) continue;
+        for (size_t k = 0; k < g.gl_pathc; k++)
+            if (stat(g.gl_pathv[k], &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
+                globfree(&g);
+                fatal("%s %s is %s: writing it would destroy the run's input; name another file", option, path,
+                      what[i]);
+            }
+        globfree(&g);
+    }
 }
 
 // Checks the shared options before any large allocation or GPU work; fills in the
-// total batch default and the schedule kind; creates the output directory. Float flags
+// total batch default and the schedule kind. Float flags
 // are finite already (common/args.h refuses NaN and infinity).
 static inline void train_options_validate(TrainOptions *o) {
     if (o->B < 1) fatal("-b (batch size) must be at least 1, got %d", o->B);
@@ -248,41 +271,12 @@ static inline void train_options_validate(TrainOptions *o) {
         !(o->memory_trace && *o->memory_trace))
         fatal("--trace-steps %s: give --trace FILE.json (or --memory-trace FILE.json), the file the steps go to",
               o->trace_steps);
+    if (o->trace_path && *o->trace_path) output_file_distinct("--trace", o->trace_path, o);
+    if (o->memory_trace && *o->memory_trace) output_file_distinct("--memory-trace", o->memory_trace, o);
     if (o->trace_path && *o->trace_path) output_file_check("--trace", o->trace_path);
     if (o->memory_trace && *o->memory_trace) output_file_check("--memory-trace", o->memory_trace);
     if (o->trace_path && o->memory_trace && *o->trace_path && !strcmp(o->trace_path, o->memory_trace))
         fatal("--trace and --memory-trace name the same file, %s: give each its own", o->trace_path);
-    if (o->out_dir) {
-        run_dir_check_path_length(o->out_dir);
-        make_run_dir(o->out_dir);
-    }
-}
-
-// Makes -o this run's, before the run writes anything there: takes its lock (rank 0 alone:
-// the other ranks of a run share rank 0's directory, and write only their state shards),
-// then looks for an earlier run's checkpoints and logs. -y 1 continues that run; --overwrite
-// 1 removes them and says what it removed; without either, the run is refused: it would cut
-// the earlier run's logs and leave its checkpoints for a later -y 1 to resume as this run's.
-static inline void run_dir_claim(const TrainOptions *o, int rank0) {
-    if (!o->out_dir || !rank0) return;
-    run_dir_lock(o->out_dir);
-    if (o->resume) return;
-    RunFiles f;
-    run_files_list(o->out_dir, &f);
-    char names[600];
-    if (f.n && o->overwrite) {
-        run_files_remove(o->out_dir, &f);
-        printf("--overwrite 1: removed %d file(s) of an earlier run from %s: %s\n", f.n, o->out_dir,
-               run_files_text(&f, names, sizeof names));
-    } else if (f.n) {
-        char what[64] = "";
-        if (f.checkpoints && f.logs) snprintf(what, sizeof what, "%d checkpoint file(s) and its logs", f.checkpoints);
-        else if (f.checkpoints) snprintf(what, sizeof what, "%d checkpoint file(s)", f.checkpoints);
-        else snprintf(what, sizeof what, "its logs");
-        fatal("-o %s holds an earlier run: %s (%s). Resume it with -y 1, or remove them and start afresh with "
-              "--overwrite 1 (or choose another -o)", o->out_dir, what, run_files_text(&f, names, sizeof names));
-    }
-    run_files_free(&f);
 }
 
 // GPT-2's initialisation: weights normal(0, 0.02), the residual output projections
@@ -399,201 +393,24 @@ static inline void train_data_close(TrainData *d) {
     tokenizer_free(&d->tok);
 }
 
-// A run directory holds <dir>/model_<step>.bin (the model) and <dir>/state_<step>.bin
-// (the rest of the training state; under ZeRO, ranks r > 0 write their shard's as
-// state_<step>.rank<r>.bin first). Rank 0's state is written last, so a step whose
-// state_<step>.bin exists has a complete checkpoint; its checksums say it is intact.
-static inline void checkpoint_paths(const char *dir, int step, char *model_path, char *state_path, size_t cap) {
-    path_join(model_path, cap, dir, "model_%08d.bin", step);
-    path_join(state_path, cap, dir, "state_%08d.bin", step);
-}
-
-// The state file of a shard: rank 0's is state_<step>.bin, the other ranks' under ZeRO
-// state_<step>.rank<r>.bin beside it (without ZeRO every rank reads rank 0's).
-static inline void state_path_for_rank(const char *dir, int step, int shard_rank, char *path, size_t cap) {
-    if (shard_rank == 0) path_join(path, cap, dir, "state_%08d.bin", step);
-    else path_join(path, cap, dir, "state_%08d.rank%d.bin", step, shard_rank);
-}
-
-static inline int cmp_int_desc(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x < y) - (x > y);
-}
-
-// The steps that have a <kind>_<step>.bin in dir (kind: "model" or "state"), newest first;
-// returns their count.
-static inline int run_file_steps(const char *dir, const char *kind, int **steps) {
-    *steps = NULL;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0, cap = 0;
-    const size_t k = strlen(kind);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step, used = 0;
-        if (strncmp(e->d_name, kind, k) == 0 && e->d_name[k] == '_' &&
-            sscanf(e->d_name + k, "_%8d.bin%n", &step, &used) == 1 && used == 13 && !e->d_name[k + used] &&
-            step >= 0) {
-            if (n == cap) *steps = (int *)xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
-            (*steps)[n++] = step;
+// Opens the run's logs in -o (rank 0; quiet: the other ranks, which log nothing). A resumed
+// run (resume_step >= 0) cuts them back to their length at its checkpoint (run: what
+// train_state_resume read) and appends; any other run starts them anew: -o held nothing of
+// an earlier run, --overwrite 1 removed it, or -y 1 found nothing that could be resumed.
+static inline void run_logger_open(Logger *lg, const RunDir *rd, int resume_step, const TrainState *run, int quiet) {
+    FILE *log = NULL, *jsonl = NULL;
+    char log_path[PATH_CAP] = "", jsonl_path[PATH_CAP] = "";
+    if (rd->fd >= 0 && !quiet) {
+        if (resume_step >= 0) {
+            run_dir_cut_log(rd, "main.log", run->log_bytes);
+            run_dir_cut_log(rd, "metrics.jsonl", run->json_bytes);
         }
+        log = run_dir_open_log(rd, "main.log", resume_step >= 0);
+        jsonl = run_dir_open_log(rd, "metrics.jsonl", resume_step >= 0);
+        run_dir_path(rd, log_path, "main.log");
+        run_dir_path(rd, jsonl_path, "metrics.jsonl");
     }
-    closedir(d);
-    if (n) qsort(*steps, (size_t)n, sizeof(int), cmp_int_desc);
-    return n;
-}
-
-// The steps that have a state_<step>.bin in dir, newest first; returns their count.
-static inline int checkpoint_steps(const char *dir, int **steps) { return run_file_steps(dir, "state", steps); }
-
-// The steps after after_step (-1: all) whose model_<step>.bin has no state_<step>.bin, newest
-// first: a checkpoint whose write stopped between its two files (the state comes last), or
-// model files whose states were removed. -y 1 cannot resume from a model alone.
-static inline int models_without_state(const char *dir, int after_step, int **steps) {
-    int n = run_file_steps(dir, "model", steps), kept = 0;
-    for (int i = 0; i < n; i++)
-        if ((*steps)[i] > after_step) (*steps)[kept++] = (*steps)[i];
-    return kept;
-}
-
-// Whether the checkpoint of step was begun and not finished: beside its model file lies its
-// state's temporary or a ZeRO rank's state (the ranks write theirs before rank 0's state).
-static inline int checkpoint_interrupted(const char *dir, int step) {
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "state_%08d.", step);
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d))) found = strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-    closedir(d);
-    return found;
-}
-
-// -y 1 with no training state in dir: the model files there (model_steps[0..n), newest first)
-// belong to an earlier run whose logs a fresh start keeps, unless they are the first
-// checkpoint of a run stopped while writing it: then nothing of that run can be resumed, and
-// its logs start over as if no checkpoint had begun (what a restart loop needs).
-static inline int fresh_start_keeps_logs(const char *dir, const int *model_steps, int n) {
-    return n > 0 && !(n == 1 && checkpoint_interrupted(dir, model_steps[0]));
-}
-
-// What is wrong with the checkpoint at step for this shard rank, or NULL if its model
-// and state files are whole, their checksums match, the state's step is the one its
-// name says, and the state belongs to that model file.
-static inline const char *checkpoint_problem(const char *dir, int step, int shard_rank, char *why, size_t cap) {
-    char mp[PATH_CAP], sp[PATH_CAP], inner[512];
-    int h[HEADER_INTS];
-    uint32_t model_crc = 0;
-    checkpoint_paths(dir, step, mp, sp, sizeof mp);
-    state_path_for_rank(dir, step, shard_rank, sp, sizeof sp);
-    if (model_file_problem(mp, &model_crc, inner, sizeof inner)) snprintf(why, cap, "%s: %s", mp, inner);
-    else if (train_state_header_problem(sp, step, h, inner, sizeof inner)) snprintf(why, cap, "%s: %s", sp, inner);
-    else if (file_checksum_problem(sp, inner, sizeof inner)) snprintf(why, cap, "%s: %s", sp, inner);
-    else if (h[CKSUM_TAG_SLOT] == CKSUM_TAG && h[16] && model_crc && (uint32_t)h[16] != model_crc)
-        snprintf(why, cap, "%s was not written with %s (their checksums do not pair)", sp, mp);
-    else return NULL;
-    return why;
-}
-
-// The steps whose state file of this shard rank exists in dir, newest first.
-static inline int shard_checkpoint_steps(const char *dir, int shard_rank, int **steps) {
-    if (shard_rank == 0) return checkpoint_steps(dir, steps);
-    *steps = NULL;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0, cap = 0;
-    struct dirent *e;
-    char tail[32];
-    snprintf(tail, sizeof tail, ".rank%d.bin", shard_rank);
-    while ((e = readdir(d))) {
-        int step, used = 0;
-        if (sscanf(e->d_name, "state_%8d%n", &step, &used) == 1 && used == 14 && !strcmp(e->d_name + used, tail)) {
-            if (n == cap) *steps = (int *)xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
-            (*steps)[n++] = step;
-        }
-    }
-    closedir(d);
-    if (n) qsort(*steps, (size_t)n, sizeof(int), cmp_int_desc);
-    return n;
-}
-
-// -nk / -nm: after a checkpoint, removes this process's checkpoint files of the steps not
-// kept: the newest keep checkpoints stay, and those of every major-th step (keep 0: all
-// stay). The state goes first, so a checkpoint half removed is no longer one that -y 1
-// would take. shard_rank: 0 for rank 0 (the model and state_<step>.bin), r > 0 for a ZeRO
-// rank (its state_<step>.rank<r>.bin), -1 for a process that writes no checkpoint files.
-static inline void checkpoints_prune(const char *dir, int keep, int major, int shard_rank) {
-    if (keep <= 0 || shard_rank < 0) return;
-    int *steps, n = shard_checkpoint_steps(dir, shard_rank, &steps);
-    for (int i = keep; i < n; i++) {
-        if (major > 0 && steps[i] % major == 0) continue;
-        char mp[PATH_CAP], sp[PATH_CAP];
-        checkpoint_paths(dir, steps[i], mp, sp, sizeof mp);
-        state_path_for_rank(dir, steps[i], shard_rank, sp, sizeof sp);
-        if (remove(sp) != 0) fatal("-nk: cannot remove %s: %s", sp, strerror(errno));
-        if (shard_rank == 0 && remove(mp) != 0 && errno != ENOENT)
-            fatal("-nk: cannot remove %s: %s", mp, strerror(errno));
-    }
-    free(steps);
-}
-
-// Sums v over the ranks of a run (NULL: one process).
-typedef long (*RankSumFn)(const void *ctx, long v);
-
-// -y 1: the newest checkpoint in dir that is intact on every rank; each one skipped is
-// reported with what is wrong. -1 when dir holds no checkpoint at all (start fresh); stops
-// when there are some but none is intact.
-static inline int resume_pick_step(const char *dir, int shard_rank, int quiet, RankSumFn sum, const void *ctx) {
-    int *steps, n = checkpoint_steps(dir, &steps), pick = -1;
-    int *orphans, n_orphans = models_without_state(dir, n ? steps[0] : -1, &orphans);
-    long world = sum ? sum(ctx, 1) : 1;
-    char why[9000];  // room for two paths and a reason
-    for (int i = 0; i < n_orphans && n > 0; i++) {
-        char sp[PATH_CAP];
-        state_path_for_rank(dir, orphans[i], 0, sp, sizeof sp);
-        fprintf(stderr, "warning: -y 1: skipping the checkpoint of step %d: %s is missing (model_%08d.bin without "
-                "its state: a checkpoint whose write did not finish, or a removed state)\n", orphans[i], sp,
-                orphans[i]);
-    }
-    for (int i = 0; i < n && pick < 0; i++) {
-        const char *bad = checkpoint_problem(dir, steps[i], shard_rank, why, sizeof why);
-        if (bad) fprintf(stderr, "warning: -y 1: skipping the checkpoint of step %d: %s\n", steps[i], bad);
-        long intact = sum ? sum(ctx, !bad) : !bad;
-        if (intact == world) pick = steps[i];
-    }
-    free(steps);
-    if (pick < 0 && n > 0)
-        fatal("-y 1: none of the %d checkpoint(s) in %s is intact (see the warnings above); move them away to start "
-              "fresh", n, dir);
-    if (pick < 0 && !quiet) {
-        if (fresh_start_keeps_logs(dir, orphans, n_orphans))
-            printf("-y 1: %s holds %d model file(s) without a training state (the newest model_%08d.bin): a model "
-                   "alone cannot be resumed (-e takes one to train from); starting fresh, appending to main.log and "
-                   "metrics.jsonl, the new checkpoints replacing any of the same step\n", dir, n_orphans, orphans[0]);
-        else if (n_orphans)
-            printf("-y 1: no checkpoint in %s yet (the first, of step %d, was not finished): starting fresh\n", dir,
-                   orphans[0]);
-        else printf("-y 1: no checkpoint in %s yet: starting fresh\n", dir);
-    }
-    free(orphans);
-    return pick;
-}
-
-// Opens the run's logs (rank 0; quiet: the other ranks, which log nothing). A resumed run
-// appends to them, after its checkpoint cut them back (resume_step >= 0); so does a -y 1
-// that found only an earlier run's model files (fresh_start_keeps_logs). Any other run
-// starts them anew: -o held nothing of an earlier run, or --overwrite 1 removed it, or -y 1
-// found nothing a restart loop's earlier attempts left that could be resumed.
-static inline void run_logger_open(Logger *lg, const TrainOptions *o, int resume_step, int quiet) {
-    int append = resume_step >= 0;
-    if (!append && o->resume && o->out_dir && !quiet) {
-        int *orphans, n = models_without_state(o->out_dir, -1, &orphans);
-        append = fresh_start_keeps_logs(o->out_dir, orphans, n);
-        free(orphans);
-    }
-    logger_init(lg, o->out_dir, append, quiet);
-    lg->ckpt_step = resume_step;
+    logger_init(lg, log, log_path, jsonl, jsonl_path, quiet);
 }
 
 // ---------------------------------------------------------------------------
@@ -684,6 +501,13 @@ static inline void trace_start(Trace *t, const char *program, const TrainOptions
         last = first + 1;
         if (last > max_steps) last = max_steps;
         if (first > last) first = last - 1 > start_step ? last - 1 : start_step + 1;
+    }
+    if ((tracing || memory) && start_step >= max_steps) {  // a finished run resumed: no step to trace
+        printf("%s: the run has no step left to train (it finished at step %d): nothing is written\n",
+               tracing ? "--trace" : "--memory-trace", max_steps);
+        trace_open(t, program, NULL, first, last);
+        memory_trace_init(&t->mem, NULL, first);
+        return;
     }
     trace_open(t, program, tracing ? o->trace_path : NULL, first, last);
     memory_trace_init(&t->mem, memory ? o->memory_trace : NULL, first);
@@ -895,6 +719,8 @@ static inline void train_state_resume(const TrainState *s, DataLoader *loader, T
     run->skipped_total = s->skipped_total;
     run->recent_loss = s->recent_loss;
     run->recent_norm = s->recent_norm;
+    run->log_bytes = s->log_bytes;  // where the logs are cut back to when they are opened
+    run->json_bytes = s->json_bytes;
 }
 
 // Mean loss over max_batches (-1: all) batches of the validation split: batch_loss runs the
@@ -997,7 +823,9 @@ typedef struct {
     uint64_t *rng;
     Logger *lg;
     int *val_inputs, *val_targets;  // with --overfit, the training arrays hold the one batch
-    int prune_rank;                 // checkpoints_prune's shard_rank for this process
+    RunDir *rd;                     // -o
+    RankSumFn sum;                  // sums over the run's ranks (NULL: one process), for -nk's agreement
+    const void *sum_ctx;
     Trace *trace;                   // --trace: the work between traced steps is in it too
 } Trainer;
 
@@ -1061,8 +889,8 @@ static inline void after_step(const TrainOptions *o, int have_val, int can_sampl
         trace_begin(t->trace, "checkpoint", TRACE_CAT_BETWEEN);
         f.save(t, step1);
         trace_end(t->trace);
-        lg->ckpt_step = step1;
-        checkpoints_prune(o->out_dir, o->ckpt_keep, o->ckpt_major, t->prune_rank);
+        run_dir_checkpoint_done(t->rd, step1);
+        run_dir_prune(t->rd, o->ckpt_keep, o->ckpt_major, t->sum, t->sum_ctx);
     }
     fatal_context_set(NULL);
 }

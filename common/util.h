@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 
 // Set by a multi-process run (common/distributed.h): called before an error exits, so
 // that the other ranks are stopped instead of waiting forever in a collective.
@@ -22,14 +23,40 @@ static void (*g_fatal_hook)(void) = NULL;
 // What the program was doing, when that is not plain from the message (e.g. "sampling
 // after step 40"): an error then reads "error: while sampling after step 40: ...".
 static char g_fatal_context[256] = "";
+#define PATH_CAP_NOTE 4400
 
 static inline void fatal_context_set(const char *what) {
     snprintf(g_fatal_context, sizeof g_fatal_context, "%s", what ? what : "");
 }
 
+// Once a run is under way, every error ends with where it can be continued from ("the
+// checkpoint of step 40 in log/run is intact: -y 1 resumes from it"), kept current by the
+// run directory (common/run_dir.h) as checkpoints are written.
+static char g_fatal_note[PATH_CAP_NOTE] = "";
+
+static inline void fatal_note_set(const char *note) {
+    snprintf(g_fatal_note, sizeof g_fatal_note, "%s", note ? note : "");
+}
+
+// The temporaries of atomic files being written (AtomicFile below): an error exit removes
+// them, so that a failed write (a full disk) leaves no partial file behind to keep the disk
+// full. A process killed outright leaves its temporary, which the next start removes.
+typedef struct {
+    int dir_fd;
+    char *name;
+} PendingTemp;
+static PendingTemp *g_pending_temps = NULL;
+static int g_pending_temp_count = 0, g_pending_temp_cap = 0;
+
+static inline void pending_temps_remove(void) {
+    for (int i = 0; i < g_pending_temp_count; i++) unlinkat(g_pending_temps[i].dir_fd, g_pending_temps[i].name, 0);
+    g_pending_temp_count = 0;
+}
+
 // Every error exit goes through here.
 __attribute__((noreturn))
 static inline void fatal_exit(void) {
+    pending_temps_remove();
     fflush(stdout);
     fflush(stderr);
     if (g_fatal_hook) g_fatal_hook();
@@ -62,6 +89,7 @@ static inline void fatal(const char *fmt, ...) {
     if (g_fatal_context[0]) fprintf(stderr, "while %s: ", g_fatal_context);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
+    if (g_fatal_note[0]) fprintf(stderr, "note: %s\n", g_fatal_note);
     va_end(ap);
     fatal_exit();
 }
@@ -151,32 +179,148 @@ static inline uint8_t *xread_file(const char *path, size_t *len_out) {
     return buf;
 }
 
-// Atomic replacement: write to "<path>.tmp", then atomic_commit() flushes it to disk and
-// renames it over <path>. A crash mid-write leaves the previous <path> intact.
+// Atomic replacement: write <name>.tmp in a directory, then atomic_commit() flushes it to
+// disk, renames it over <name> and flushes the directory, so that a crash at any moment
+// leaves the previous <name> or the new one, whole. The directory is reached through a
+// descriptor (a run directory's, held from the start of the run, or the parent of a path),
+// and neither the temporary nor the target is followed if it is a symbolic link. Writes go
+// through f, a stdio stream over write(2) calls of our own (so that a test's fault shim can
+// fail them). Any error stops the program, naming the file, and removes the temporary.
 typedef struct {
     FILE *f;
-    char *path;
-    char *tmp_path;
+    int fd, dir_fd, own_dir_fd;  // the temporary; its directory; whether dir_fd is ours to close
+    char *path, *tmp_path;       // for messages: <dir>/<name>, <dir>/<name>.tmp
+    char *name, *tmp_name;       // in dir_fd
 } AtomicFile;
 
-static inline AtomicFile atomic_open(const char *path) {
+static inline ssize_t atomic_cookie_write(void *cookie, const char *buf, size_t n) {
+    int fd = (int)(intptr_t)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return done ? (ssize_t)done : -1;
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+static inline int atomic_cookie_seek(void *cookie, off64_t *pos, int whence) {
+    off_t at = lseek((int)(intptr_t)cookie, (off_t)*pos, whence);
+    if (at < 0) return -1;
+    *pos = at;
+    return 0;
+}
+
+static inline int atomic_cookie_close(void *cookie) { (void)cookie; return 0; }  // atomic_commit closes the fd
+
+static inline char *atomic_join(const char *dir_shown, const char *name, const char *suffix) {
+    size_t n = strlen(dir_shown) + strlen(name) + strlen(suffix) + 2;
+    char *p = (char *)xmalloc(n);
+    size_t d = strlen(dir_shown);
+    snprintf(p, n, "%s%s%s%s", dir_shown, d && dir_shown[d - 1] != '/' ? "/" : "", name, suffix);
+    return p;
+}
+
+// Opens <name>.tmp in the directory dir_fd (shown in messages as dir_shown). A temporary left
+// by a killed writer is replaced; one that is not a regular file is refused.
+static inline AtomicFile atomic_open_at(int dir_fd, const char *dir_shown, const char *name) {
     AtomicFile a;
-    a.path = xstrdup(path);
-    a.tmp_path = (char *)xmalloc(strlen(path) + 8);
-    sprintf(a.tmp_path, "%s.tmp", path);
-    a.f = xfopen(a.tmp_path, "wb");
+    memset(&a, 0, sizeof a);
+    a.dir_fd = dir_fd;
+    a.path = atomic_join(dir_shown, name, "");
+    a.tmp_path = atomic_join(dir_shown, name, ".tmp");
+    a.name = xstrdup(name);
+    a.tmp_name = (char *)xmalloc(strlen(name) + 5);
+    sprintf(a.tmp_name, "%s.tmp", name);
+    struct stat st;
+    if (fstatat(dir_fd, a.tmp_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!S_ISREG(st.st_mode))
+            fatal("%s exists and is not a regular file (a link or a directory): it is not a file this program "
+                  "wrote, so it is left alone; move it away", a.tmp_path);
+        if (unlinkat(dir_fd, a.tmp_name, 0) != 0 && errno != ENOENT)
+            fatal("cannot remove the stale temporary %s: %s", a.tmp_path, strerror(errno));
+    }
+    a.fd = openat(dir_fd, a.tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (a.fd < 0) fatal("cannot create %s: %s", a.tmp_path, strerror(errno));
+    if (g_pending_temp_count == g_pending_temp_cap) {
+        g_pending_temp_cap = g_pending_temp_cap ? 2 * g_pending_temp_cap : 8;
+        g_pending_temps =
+            (PendingTemp *)xrealloc(g_pending_temps, (size_t)g_pending_temp_cap * sizeof *g_pending_temps);
+    }
+    g_pending_temps[g_pending_temp_count].dir_fd = dir_fd;
+    g_pending_temps[g_pending_temp_count++].name = a.tmp_name;
+    cookie_io_functions_t io = {NULL, atomic_cookie_write, atomic_cookie_seek, atomic_cookie_close};
+    a.f = fopencookie((void *)(intptr_t)a.fd, "w", io);
+    if (!a.f) fatal("cannot open a stream on %s: %s", a.tmp_path, strerror(errno));
     return a;
 }
 
-static inline void atomic_commit(AtomicFile *a) {
-    if (fflush(a->f) != 0) fatal("error writing %s: %s", a->tmp_path, strerror(errno));
-    if (fsync(fileno(a->f)) != 0) fatal("error syncing %s: %s", a->tmp_path, strerror(errno));
-    xfclose(a->f, a->tmp_path);
-    if (rename(a->tmp_path, a->path) != 0)
-        fatal("cannot rename %s to %s: %s", a->tmp_path, a->path, strerror(errno));
-    free(a->path);
-    free(a->tmp_path);
+// The same for a path: its parent directory is opened for the write.
+static inline AtomicFile atomic_open(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = xstrdup(slash ? path : ".");
+    if (slash) dir[slash == path ? 1 : slash - path] = 0;  // "/name" lies in "/"
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) fatal("cannot open the directory of %s: %s", path, strerror(errno));
+    AtomicFile a = atomic_open_at(dir_fd, slash ? dir : "", slash ? slash + 1 : path);
+    free(dir);
+    a.own_dir_fd = 1;
+    return a;
+}
+
+// Drops the temporary from the error exit's list (it is renamed or removed now).
+static inline void atomic_forget(const AtomicFile *a) {
+    for (int i = 0; i < g_pending_temp_count; i++)
+        if (g_pending_temps[i].name == a->tmp_name) {
+            g_pending_temps[i] = g_pending_temps[--g_pending_temp_count];
+            return;
+        }
+}
+
+// Writes count items to the temporary or stops, removing it.
+static inline void atomic_write(AtomicFile *a, const void *src, size_t size, size_t count) {
+    if (fwrite(src, size, count, a->f) != count)
+        fatal("cannot write %s: %s", a->tmp_path, errno ? strerror(errno) : "write error (disk full?)");
+}
+
+// Whether a target name is free, taken by a regular file (1), or by something else (-1).
+static inline int atomic_target_state(const AtomicFile *a) {
+    struct stat st;
+    if (fstatat(a->dir_fd, a->name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
+    return S_ISREG(st.st_mode) ? 1 : -1;
+}
+
+// The two halves of atomic_commit, for a writer that finishes several files before it
+// renames them (prepro's shards): atomic_close puts the temporary on disk whole,
+// atomic_publish renames it into place.
+static inline void atomic_close(AtomicFile *a) {
+    errno = 0;
+    if (fflush(a->f) != 0 || ferror(a->f))
+        fatal("cannot write %s: %s", a->tmp_path, errno ? strerror(errno) : "write error (disk full?)");
+    if (fsync(a->fd) != 0) fatal("cannot flush %s to disk: %s", a->tmp_path, strerror(errno));
+    fclose(a->f);
     a->f = NULL;
+    if (close(a->fd) != 0) fatal("cannot close %s: %s", a->tmp_path, strerror(errno));
+}
+
+static inline void atomic_publish(AtomicFile *a) {
+    if (atomic_target_state(a) < 0)
+        fatal("%s exists and is not a regular file (a link or a directory): it is left alone; move it away",
+              a->path);
+    if (renameat(a->dir_fd, a->tmp_name, a->dir_fd, a->name) != 0)
+        fatal("cannot rename %s to %s: %s", a->tmp_path, a->path, strerror(errno));
+    atomic_forget(a);
+    // the rename is on disk only once the directory is
+    if (fsync(a->dir_fd) != 0 && errno != EINVAL)
+        fatal("cannot flush the directory of %s to disk: %s", a->path, strerror(errno));
+    if (a->own_dir_fd) close(a->dir_fd);
+    free(a->path), free(a->tmp_path), free(a->name), free(a->tmp_name);
+}
+
+static inline void atomic_commit(AtomicFile *a) {
+    atomic_close(a);
+    atomic_publish(a);
 }
 
 // The size of every path buffer that names a file in a run directory (the checkpoints, the

@@ -31,6 +31,9 @@
 #  13. as smaller GPUs: under GPT2_TEST_GPU_CAP=80, 86 and 89 with the compute_80 PTX builds
 #      (and natively): test_gpt2cu in each precision, FP8 or its refusal, the attention
 #      tests, a resume, GPT-2 124M's step time (CAPS="80 86" picks caps)
+#  14. the run directory on the GPU trainer: kill -9 inside a checkpoint write, then -y 1 ends
+#      bit-exact with an uninterrupted run; --overwrite 1 refused by the memory check leaves
+#      the earlier run as it was; -nk 1 past a corrupt newest checkpoint keeps the intact ones
 # Prints a line per check and ends with "N passed, M failed"; exits 1 if any check failed.
 # Logs, one file per section, go to $OUT (default out/gpu_check).
 #   QUICK=1        the short run: 1-6 without the -r variants, 2 kill trials (the full run: 3)
@@ -71,7 +74,7 @@ verdict() { if [ "$1" = 0 ]; then pass "$2"; else fail "$3"; fi; }
 # section "N. title": a section starts, unless UPTO stops the run before it
 # (returns 1, so that its body is skipped, when FROM starts the run after it)
 section() {
-    [ "${1%%.*}" -gt "${UPTO:-13}" ] && finish
+    [ "${1%%.*}" -gt "${UPTO:-14}" ] && finish
     [ "${1%%.*}" -lt "${FROM:-1}" ] && return 1
     note "== $* (at ${SECONDS} s)"
 }
@@ -663,6 +666,57 @@ unset GPT2_TEST_GPU_CAP
 BIN=$BIN_NATIVE
 note "cap      checks   GPT-2 124M B=64 T=1024 -r 0: ms a step, tokens/s"
 while IFS=$'\t' read -r c v ms tps; do note "$(printf '%-8s %-8s %s, %s' "$c" "$v" "$ms" "$tps")"; done < "$CAP_TABLE"
+fi
+
+if section "14. the run directory: a kill inside a checkpoint, a refused --overwrite 1, -nk past a corrupt one"; then
+RD="-e l2h4c128t64 -b 4 -t 64 -l 1e-3 -k constant -u 0 -v 0 -s 0 -g 0 --deterministic 1 $FLAGS"
+# an uninterrupted run, then the same run killed (SIGKILL) the moment a checkpoint's temporary
+# appears, restarted with -y 1 until it completes
+# shellcheck disable=SC2086
+run rundir rd_straight 300 "$BIN/train_gpt2cu" $TR $RD -x 40 -n 4 -o "$W/rd_straight"
+kills=0
+for attempt in 1 2 3 4 5 6 7 8; do
+    # shellcheck disable=SC2086
+    "$BIN/train_gpt2cu" $TR $RD -x 40 -n 4 -o "$W/rd_killed" -y 1 >> "$OUT/rundir.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 2000); do
+        ls "$W/rd_killed" 2>/dev/null | grep -q '\.tmp$' && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.005
+    done
+    if kill -0 $pid 2>/dev/null && [ $attempt -lt 8 ]; then kill -KILL $pid && kills=$((kills + 1)); fi
+    wait $pid 2>/dev/null
+    [ -f "$W/rd_killed/state_00000040.bin" ] && break
+done
+cmp -s "$W/rd_straight/model_00000040.bin" "$W/rd_killed/model_00000040.bin"
+verdict $? "kill -9 inside a checkpoint write ($kills kills), -y 1 until done: model bit-exact with the straight run" \
+    "kill -9 inside checkpoint writes ($kills kills): the final model differs or is missing: $(ls "$W/rd_killed" |
+        tr '\n' ' ')"
+# --overwrite 1 with a plan over --max-device-memory: refused before anything is removed
+before=$(cd "$W/rd_straight" && md5sum ./*)
+# shellcheck disable=SC2086
+run rundir rd_overwrite 120 "$BIN/train_gpt2cu" $TR $RD -e d12 -b 64 -t 1024 -x 2 -o "$W/rd_straight" --overwrite 1 \
+    --max-device-memory 1G
+rc=$?
+[ $rc = 1 ] && [ "$before" = "$(cd "$W/rd_straight" && md5sum ./*)" ]
+verdict $? "--overwrite 1 refused by the memory plan: the earlier run is unchanged" \
+    "--overwrite 1 refused by the memory plan: exit $rc, or the earlier run changed"
+# -nk 1 with the newest checkpoint corrupt: the intact ones stay, -y 1 resumes from the newest of them
+mkdir -p "$W/rd_nk"
+cp "$W/rd_straight/model_00000040.bin" "$W/rd_straight/state_00000040.bin" "$W/rd_straight"/model_00000020.bin \
+    "$W/rd_straight/state_00000020.bin" "$W/rd_nk/"
+python3 -c 'import os, sys
+p = sys.argv[1]; n = os.path.getsize(p)
+with open(p, "r+b") as f:
+    f.seek(n // 2); b = f.read(1); f.seek(n // 2); f.write(bytes([b[0] ^ 1]))' "$W/rd_nk/state_00000040.bin"
+# shellcheck disable=SC2086
+run rundir rd_nk1 300 "$BIN/train_gpt2cu" $TR $RD -x 36 -n 4 -nk 1 -o "$W/rd_nk" -y 1
+# shellcheck disable=SC2086
+run rundir rd_nk2 300 "$BIN/train_gpt2cu" $TR $RD -x 40 -o "$W/rd_nk" -y 1
+grep -q "resumed from $W/rd_nk at step 36" "$W/rd_nk2.log" && [ -f "$W/rd_nk/state_00000040.bin.corrupt" ] &&
+    cmp -s "$W/rd_straight/model_00000040.bin" "$W/rd_nk/model_00000040.bin"
+verdict $? "-nk 1 past a corrupt newest checkpoint: the intact ones kept, resumed at 36, step 40 bit-exact" \
+    "-nk 1 past a corrupt checkpoint: $(failed rd_nk1 rd_nk2)$(ls "$W/rd_nk" | tr '\n' ' ')"
 fi
 
 finish

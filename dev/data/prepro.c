@@ -99,8 +99,9 @@ typedef struct {
     int64_t shard_tokens; // tokens per train shard
     int64_t total;        // tokens routed so far
     // Whether the input is known to give a usable split (see the top). Until it is,
-    // complete shards wait in done[] as temporaries (the val shard, and a first train
-    // shard of one token), so that a refused input leaves nothing behind.
+    // complete shards wait in done[] as temporaries, so that a refused input leaves
+    // nothing behind. Three are the most that can wait, whatever the input (see
+    // feed_tokens): the val shard and two train shards of one token each.
     int ready;
     DoneShard done[3];
     int ndone;
@@ -147,15 +148,12 @@ static void sink_open(Sink *s, int is_val) {
 }
 
 // Renames the complete shards into place, oldest first (util.h's atomic_commit, whose
-// flush and sync sink_close did).
+// atomic_close half sink_close did).
 static void sink_publish(Sink *s) {
     while (s->ndone > 0) {
         DoneShard *d = &s->done[0];
-        if (rename(d->af.tmp_path, d->af.path) != 0)
-            fatal("cannot rename %s to %s: %s", d->af.tmp_path, d->af.path, strerror(errno));
         printf("  wrote %s: %lld tokens\n", d->af.path, (long long)d->ntok);
-        free(d->af.path);
-        free(d->af.tmp_path);
+        atomic_publish(&d->af);
         memmove(&s->done[0], &s->done[1], (size_t)(--s->ndone) * sizeof(DoneShard));
     }
 }
@@ -165,14 +163,12 @@ static void sink_close(Sink *s) {
     sink_flush(s);
     if (fseeko(s->af.f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", s->af.tmp_path, strerror(errno));
     sink_write_header(s, s->in_shard);
-    if (fflush(s->af.f) != 0) fatal("error writing %s: %s", s->af.tmp_path, strerror(errno));
-    if (fsync(fileno(s->af.f)) != 0) fatal("error syncing %s: %s", s->af.tmp_path, strerror(errno));
+    atomic_close(&s->af);
     if (s->ndone == (int)(sizeof s->done / sizeof s->done[0])) fatal("internal: too many shards waiting to be renamed");
     DoneShard *d = &s->done[s->ndone++];
     d->af = s->af;
     d->ntok = s->in_shard;
     s->open = 0;
-    xfclose(d->af.f, d->af.tmp_path);
     if (s->is_val) {
         s->val_written = s->in_shard;
     } else {
@@ -242,6 +238,10 @@ typedef struct {
     int64_t bytes_in;   // input bytes consumed (for progress)
     double t0, last_progress;
     int progress_tty;
+    // End-of-text tokens not yet passed on: until the first text token the input may
+    // still turn out to hold no text and be refused, so they are only counted, and any
+    // number of documents without text leaves no shard waiting.
+    int64_t pending_eot;
     // fraction mode: all tokens kept until the total is known
     int keep_all;
     uint32_t *all;
@@ -249,7 +249,7 @@ typedef struct {
     Sink sink;
 } Prepro;
 
-static void emit(Prepro *pp, const uint32_t *toks, size_t n) {
+static void feed_tokens(Prepro *pp, const uint32_t *toks, size_t n) {
     if (pp->keep_all) {
         if (pp->all_len + n > pp->all_cap) {
             size_t cap = pp->all_cap ? pp->all_cap : ((size_t)1 << 20);
@@ -259,18 +259,55 @@ static void emit(Prepro *pp, const uint32_t *toks, size_t n) {
         }
         memcpy(pp->all + pp->all_len, toks, n * sizeof(uint32_t));
         pp->all_len += n;
-    } else {
-        Sink *s = &pp->sink;
-        sink_emit(s, toks, n);
-        if (!s->ready && pp->text_tokens > 0 && s->total - s->val_target >= MIN_SPLIT_TOKENS) {
+        return;
+    }
+    // Every call comes after a text token was counted (the end-of-text tokens before the
+    // first one wait in pending_eot), so the split is usable as soon as MIN_SPLIT_TOKENS
+    // tokens follow the val shard. The tokens are divided there: checked only after all n,
+    // a document without a safe cut, which comes as one piece of any length, could close
+    // any number of shards before the split was known to be good, each left waiting.
+    Sink *s = &pp->sink;
+    if (!s->ready) {
+        int64_t need = s->val_target + MIN_SPLIT_TOKENS - s->total;
+        size_t k = need <= 0 ? 0 : need < (int64_t)n ? (size_t)need : n;
+        sink_emit(s, toks, k);
+        toks += k;
+        n -= k;
+        if (s->total - s->val_target >= MIN_SPLIT_TOKENS) {
             s->ready = 1;
             sink_publish(s);
         }
     }
+    sink_emit(s, toks, n);
+}
+
+// Passes on a piece's text tokens, already counted in text_tokens, after the end-of-text
+// tokens held back before the first of them (Prepro.pending_eot).
+static void emit(Prepro *pp, const uint32_t *toks, size_t n) {
+    if (n == 0) return;
+    if (pp->pending_eot > 0) {
+        uint32_t eots[256];
+        for (size_t i = 0; i < 256; i++) eots[i] = GPT2_EOT;
+        while (pp->pending_eot > 0) {
+            size_t k = pp->pending_eot < 256 ? (size_t)pp->pending_eot : 256;
+            feed_tokens(pp, eots, k);
+            pp->pending_eot -= (int64_t)k;
+        }
+    }
+    feed_tokens(pp, toks, n);
+}
+
+static void emit_eot(Prepro *pp) {
+    if (pp->text_tokens == 0) {
+        pp->pending_eot++;
+        return;
+    }
+    const uint32_t eot = GPT2_EOT;
+    feed_tokens(pp, &eot, 1);
 }
 
 static int64_t tokens_so_far(const Prepro *pp) {
-    return pp->keep_all ? (int64_t)pp->all_len : pp->sink.total;
+    return pp->pending_eot + (pp->keep_all ? (int64_t)pp->all_len : pp->sink.total);
 }
 
 static void progress(Prepro *pp, int final) {
@@ -334,11 +371,10 @@ static void process_batch(Prepro *pp, Batch *b) {
         }
     }
     // 4. emit in order, with an end-of-text token before every document
-    const uint32_t eot_tok = GPT2_EOT;
     for (size_t it = 0; it < nitems; it++) {
         size_t prev = 0;
         for (size_t i = item_start[it]; i < item_start[it + 1]; i++) {
-            if (pieces[i].eot) { emit(pp, &eot_tok, 1); pp->docs++; }
+            if (pieces[i].eot) { emit_eot(pp); pp->docs++; }
             pp->text_tokens += (int64_t)(piece_end[i] - prev);
             emit(pp, out[it].data + prev, piece_end[i] - prev);
             prev = piece_end[i];

@@ -449,6 +449,19 @@ static void test_train_state(void) {
 }
 
 // -y 1's choice: the newest intact checkpoint, each skipped one named
+static void checkpoint_paths(const char *dir, int step, char *mp, char *sp, size_t cap) {
+    path_join(mp, cap, dir, "model_%08d.bin", step);
+    path_join(sp, cap, dir, "state_%08d.bin", step);
+}
+
+static int pick_in(const char *dir) {
+    RunDir rd;
+    run_dir_open(&rd, dir, 0, 0);
+    int step = resume_pick_step(&rd, 0, 1, NULL, NULL);
+    close(rd.fd);
+    return step;
+}
+
 static void write_pair(const char *dir, int step, int name_step, const float *params) {
     char mp[4096], sp[4096];
     checkpoint_paths(dir, name_step, mp, sp, sizeof mp);
@@ -459,14 +472,14 @@ static void write_pair(const char *dir, int step, int name_step, const float *pa
     free_state(&s);
 }
 
-static void pick_child(const char *dir) { printf("%d\n", resume_pick_step(dir, 0, 1, NULL, NULL)); }
+static void pick_child(const char *dir) { printf("%d\n", pick_in(dir)); }
 
 // resume_pick_step with its warnings (checked once, in a child) kept off the test's output
 static int pick_quiet(const char *dir) {
     fflush(stderr);
     int saved = dup(2), null = open("/dev/null", O_WRONLY);
     dup2(null, 2);
-    int step = resume_pick_step(dir, 0, 1, NULL, NULL);
+    int step = pick_in(dir);
     fflush(stderr);
     dup2(saved, 2);
     close(null);

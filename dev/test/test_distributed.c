@@ -209,7 +209,7 @@ static void test_resume_pick_all_ranks(void) {
     GPT2Config c = {16, 300, 384, 2, 2, 24};
     float *params = (float *)xcalloc(gpt2_num_params(&c), sizeof(float));
     for (int step = 3; step <= 6; step += 3) {
-        checkpoint_paths(dir, step, mp, sp, sizeof mp);
+        path_join(mp, sizeof mp, dir, "model_%08d.bin", step);
         TrainState s;
         memset(&s, 0, sizeof s);
         s.n = 10;
@@ -220,7 +220,9 @@ static void test_resume_pick_all_ranks(void) {
         s.step = step;
         s.loader_pos_bytes = 24;
         if (g_pg.rank == 0) s.model_crc = gpt2_checkpoint_write(mp, &c, params, 0);
-        state_path_for_rank(dir, step, g_pg.rank, sp, sizeof sp);
+        char sn[64];
+        run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, g_pg.rank);
+        path_join(sp, sizeof sp, dir, "%s", sn);
         train_state_write(sp, &s);
         free(s.m);
         free(s.v);
@@ -239,7 +241,10 @@ static void test_resume_pick_all_ranks(void) {
     fflush(stderr);  // the corrupt rank's warning about step 6 is expected: kept off the output
     int saved = dup(2), null = open("/dev/null", O_WRONLY);
     dup2(null, 2);
-    int got = resume_pick_step(dir, g_pg.rank, 1, g_pg.world > 1 ? sum_over_ranks : NULL, &g_pg);
+    RunDir rd;
+    run_dir_open(&rd, dir, g_pg.rank, 0);
+    int got = resume_pick_step(&rd, g_pg.rank, 1, g_pg.world > 1 ? sum_over_ranks : NULL, &g_pg);
+    close(rd.fd);
     fflush(stderr);
     dup2(saved, 2);
     close(null);
@@ -256,10 +261,9 @@ static void test_run_dir_lock_ranks(void) {
     snprintf(dir, sizeof dir, "build/test_distributed_lock_np%d", g_pg.world);
     if (g_pg.rank == 0) mkdir(dir, 0755);
     pg_sum_long(&g_pg, 0);
-    TrainOptions o;
-    train_options_defaults(&o, 64);
-    o.out_dir = dir;
-    run_dir_claim(&o, g_pg.rank == 0);  // a refusal stops every rank: the case fails
+    RunDir rd;
+    run_dir_open(&rd, dir, g_pg.rank == 0 ? 0 : -1, g_pg.rank == 0);  // a refusal stops every rank: the case fails
+    if (g_pg.rank == 0) run_dir_claim(&rd, 0, 0, NULL);
     pg_sum_long(&g_pg, 0);
     if (g_pg.rank > 0) {
         int fd = open(path_join(lock_path, sizeof lock_path, dir, RUN_LOCK_NAME), O_RDWR | O_CLOEXEC);

@@ -625,7 +625,7 @@ static void test_import_cli(void) {
     snprintf(out_tmp, sizeof out_tmp, "%s.tmp", out);
     set_args("--import", dir, out);
     g_file_limit = 64 << 10;
-    expect_failure("a write that fails", child_export_hf, NULL, "write error", "cli_model.bin.tmp", NULL);
+    expect_failure("a write that fails", child_export_hf, NULL, "cannot write", "cli_model.bin.tmp", NULL);
     g_file_limit = 0;
     CHECK(!file_exists(out) && !file_exists(out_tmp), "a failed write left %s or its temporary", out);
     char *err;

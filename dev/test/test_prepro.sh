@@ -13,6 +13,9 @@
 #     values, a directory given as --input, as build/tokenize's input or as vocab.bpe)
 #   - inputs refused before any shard is in place, leaving the output directory as it was:
 #     no text at all, or too few tokens for a val and a train part of 2 tokens each
+#   - inputs accepted however many shards close before the split is known to be good: one
+#     document without a safe cut longer than the val shard and two train shards, many
+#     documents without text before the first text (tokens equal build/tokenize's)
 # The tiktoken comparisons need python3 with tiktoken (dev/test/tiktoken_offline.py
 # loads it without a network); without it they are skipped. Tiny Shakespeare comes from
 # data/tinyshakespeare/input.txt or $LLMC_DATA_MIRROR (default ../shared/data).
@@ -123,6 +126,25 @@ elif cmd == "counts":  # dir name -> "val train nshards"
     nv = sum(len(read_shard(p)) for p in val)
     nt = sum(len(read_shard(p)) for p in train)
     print(nv, nt, len(train))
+elif cmd == "sizes":  # dir name -> each shard's token count, val first
+    val, train = shards(sys.argv[2], sys.argv[3])
+    print(" ".join(str(len(read_shard(p))) for p in val + train))
+elif cmd == "ref_tokenize":  # input dir name text|jsonl: against build/tokenize, document by document
+    import array, subprocess
+    def tokenize(data):
+        out = subprocess.run(["build/tokenize", "--binary"], input=data, capture_output=True, check=True).stdout
+        return list(array.array("I", out))
+    if sys.argv[5] == "text":
+        docs = [open(sys.argv[2], "rb").read()]
+    else:
+        docs = [json.loads(l)["text"].encode() for l in open(sys.argv[2], "rb") if l.strip()]
+    want = []
+    for d in docs:
+        want += [EOT] + tokenize(d)
+    got = all_tokens(sys.argv[3], sys.argv[4])
+    if got != want:
+        i = first_diff(got, want)
+        sys.exit(f"tokens differ from build/tokenize's at {i} (got {len(got)}, want {len(want)})")
 elif cmd == "same_stream":  # dir1 name1 dir2 name2
     a = all_tokens(sys.argv[2], sys.argv[3])
     b = all_tokens(sys.argv[4], sys.argv[5])
@@ -479,6 +501,29 @@ elif [ $? = 1 ] && grep -q "^error: .*a_dir is a directory" "$T/tok_dir.log"; th
     ok "build/tokenize DIR: $(cat "$T/tok_dir.log")"
 else
     bad "build/tokenize DIR: $(cat "$T/tok_dir.log" "$T/make_tokenize.log" 2>/dev/null)"
+fi
+
+# shards close before the split is known to be good (a val shard and 2 train tokens): at
+# most the val shard and two train shards may wait for it, however the tokens come
+python3 -c "print('a' * 3000, end='')" >"$T/no_cut.txt"  # 750 tokens, one piece
+if run no_cut --input "$T/no_cut.txt" --out-dir "$T/nc" --name n --val-tokens 100 --shard-tokens 100 \
+       --allow-small-shards 1 --chunk-bytes 64 --threads 2 &&
+   [ "$(py sizes "$T/nc" n)" = "100 100 100 100 100 100 100 51" ] &&
+   py ref_tokenize "$T/no_cut.txt" "$T/nc" n text >"$T/no_cut.check" 2>&1; then
+    ok "a document without a safe cut spanning the val shard and 7 train shards: build/tokenize's tokens"
+else
+    bad "a document without a safe cut spanning 8 shards: sizes $(py sizes "$T/nc" n 2>&1);" \
+        "$(tail -2 "$T/no_cut.log") $(cat "$T/no_cut.check" 2>/dev/null)"
+fi
+{ printf '{"text": ""}\n%.0s' 1 2 3 4 5; printf '{"text": "hello world"}\n'; } >"$T/eot_first.jsonl"
+if run eot_first --input "$T/eot_first.jsonl" --format jsonl --out-dir "$T/ef" --name e --val-tokens 2 \
+       --shard-tokens 1 --allow-small-shards 1 &&
+   [ "$(py sizes "$T/ef" e)" = "2 1 1 1 1 1 1" ] &&
+   py ref_tokenize "$T/eot_first.jsonl" "$T/ef" e jsonl >"$T/eot_first.check" 2>&1; then
+    ok "5 documents without text before the first text, one-token shards: build/tokenize's tokens"
+else
+    bad "documents without text before the first text: sizes $(py sizes "$T/ef" e 2>&1);" \
+        "$(tail -2 "$T/eot_first.log") $(cat "$T/eot_first.check" 2>/dev/null)"
 fi
 
 test_finish

@@ -80,14 +80,15 @@ else bad "--overwrite 1: $(head -2 $W/overwrite.txt); files: $(ls $W/old | tr '\
 refused "logs alone are an earlier run too" "its logs" -- ./train_gpt2 $SMALL -x 2 -o $W/old
 refused "--overwrite 1 with -y 1" "give one of them" -- ./train_gpt2 $SMALL -x 2 -o $W/old --overwrite 1 -y 1
 refused "--overwrite 1 without -o" "--overwrite 1 needs -o" -- ./train_gpt2 $SMALL -x 2 --overwrite 1
-# -y 1 over model files whose states are gone: nothing to resume; the logs are kept
+# -y 1 over model files whose states are gone: nothing to resume, and a fresh start would
+# overwrite them: refused, the models untouched
 ./train_gpt2 $SMALL -x 4 -n 2 -o $W/models > /dev/null 2>&1
 rm $W/models/state_*
-./train_gpt2 $SMALL -x 2 -n 0 -o $W/models -y 1 > $W/models.txt 2>&1
-if [ $? = 0 ] && grep -q "holds 2 model file(s) without a training state" $W/models.txt &&
-   [ "$(step_lines $W/models)" = 6 ] && [ "$(runs_in $W/models)" = 2 ]; then
-    ok "-y 1 over model files without a state says so, starts fresh and appends to the logs"
-else bad "-y 1 over model files alone: $(grep -- '-y 1' $W/models.txt); $(step_lines $W/models) step lines"; fi
+before=$(cd $W/models && md5sum model_* main.log)
+refused "-y 1 over model files whose states were removed" "holds 2 model file(s) but no training state" \
+    "--overwrite 1" -- ./train_gpt2 $SMALL -x 4 -n 2 -l 1e-3 -o $W/models -y 1
+[ "$before" = "$(cd $W/models && md5sum model_* main.log)" ] && ok "the earlier run's models and log are unchanged" ||
+    bad "-y 1 changed the models without states"
 # -y 1 after a run stopped while writing its first checkpoint: the logs start over
 ./train_gpt2 $SMALL -x 2 -n 1 -o $W/cut > /dev/null 2>&1
 rm $W/cut/state_* $W/cut/model_00000002.bin
@@ -117,7 +118,7 @@ open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % le
 FULL=(-e $W/small_vocab.bin -b 2 -t 8 -v 0 -i "$W/five_*.bin" -j "" -o $W/full)
 (trap '' XFSZ; ulimit -f 128; ./train_gpt2 "${FULL[@]}" -x 3000 -n 100 > /dev/null 2> $W/full_err.txt)
 st=$?
-at=$(sed -n 's/.*the checkpoint of step \([0-9]*\) is intact: -y 1 resumes from it.*/\1/p' $W/full_err.txt)
+at=$(sed -n 's/.*the checkpoint of step \([0-9]*\) in .* is intact: -y 1 resumes from it.*/\1/p' $W/full_err.txt)
 if [ $st = 1 ] && grep -q "cannot write $W/full/metrics.jsonl: File too large" $W/full_err.txt && [ -n "$at" ]; then
     ok "a full file system stops the run at the failed write: $(cat $W/full_err.txt)"
 else bad "writing past the file size limit: exit $st: $(cat $W/full_err.txt)"; fi
@@ -127,6 +128,103 @@ if [ -n "$at" ] && grep -q "resumed from $W/full at step $at" $W/full_resume.txt
    ${PYTHON:-python3} scripts/plot_metrics.py --validate $W/full > /dev/null 2>&1; then
     ok "-y 1 resumes from step $at, the checkpoint the message named, intact; metrics.jsonl is valid again"
 else bad "resuming after the full file system: $(grep -E 'resumed|warning|error' $W/full_resume.txt | head -3)"; fi
+
+# --- nothing of a run is lost: -nk, --overwrite 1, -y 1, a renamed -o, links, full disks --
+flip_middle() {  # flips one byte in the middle of a file
+    python3 -c 'import os, sys
+p = sys.argv[1]; n = os.path.getsize(p)
+with open(p, "r+b") as f:
+    f.seek(n // 2); b = f.read(1); f.seek(n // 2); f.write(bytes([b[0] ^ 1]))' "$1"
+}
+# -nk 1 with the newest checkpoint corrupt: it is set aside, never counted; the intact ones stay
+./train_gpt2 $SMALL -x 20 -n 10 -o $W/nk > /dev/null 2>&1
+flip_middle $W/nk/state_00000020.bin
+./train_gpt2 $SMALL -x 18 -n 5 -nk 1 -o $W/nk -y 1 > $W/nk1.txt 2>&1
+st=$?
+./train_gpt2 $SMALL -x 25 -o $W/nk -y 1 > $W/nk2.txt 2>&1
+if [ $st = 0 ] && [ $? = 0 ] && grep -q "resumed from $W/nk at step 18" $W/nk2.txt &&
+   [ -f $W/nk/state_00000020.bin.corrupt ] && [ -f $W/nk/state_00000025.bin ]; then
+    ok "-nk 1 past a corrupt newer checkpoint keeps the intact ones; -y 1 resumes from step 18"
+else bad "-nk 1 past a corrupt checkpoint: $(grep -E 'error|resumed' $W/nk1.txt $W/nk2.txt | head -3);" \
+    "$(ls $W/nk | tr '\n' ' ')"; fi
+# --overwrite 1 removes nothing before every start-up check has passed
+./train_gpt2 $SMALL -x 2 -n 1 -o $W/ow > /dev/null 2>&1
+before=$(cd $W/ow && md5sum main.log metrics.jsonl model_* state_*)
+refused "--overwrite 1 with a -i that matches nothing" "nosuch" -- \
+    ./train_gpt2 $SMALL -x 2 -o $W/ow --overwrite 1 -i 'data/nosuch_*.bin'
+refused "--overwrite 1 with --trace-steps past -x" "--trace-steps" -- \
+    ./train_gpt2 $SMALL -x 2 -o $W/ow --overwrite 1 --trace $W/t.json --trace-steps 5
+refused "--overwrite 1 with -e naming a checkpoint in -o" "would remove" "the model -e names" -- \
+    ./train_gpt2 $SMALL -e $W/ow/model_00000002.bin -x 2 -o $W/ow --overwrite 1
+if [ -x ./train_gpt2cu ] && ! nvidia-smi > /dev/null 2>&1; then
+    refused "./train_gpt2cu --overwrite 1 on a machine without a GPU" "CUDA" -- \
+        ./train_gpt2cu $SMALL -x 2 -o $W/ow --overwrite 1
+fi
+[ "$before" = "$(cd $W/ow && md5sum main.log metrics.jsonl model_* state_*)" ] &&
+    ok "the refused --overwrite 1 runs left the earlier run as it was" || bad "a refused --overwrite 1 changed $W/ow"
+# --overwrite 1 removes the run's own files only: never a user's of a similar name
+mkdir -p $W/mine/model_archive.bin $W/mine/state_old.bin
+for f in model_best.bin "model_ finetuned.bin" state_of_the_art.bin model_1.bin model_00000002.bin.bak notes.txt \
+         state_old.bin/inside.txt; do echo mine > "$W/mine/$f"; done
+ln -s ../elsewhere $W/mine/model_link.bin
+users=$(cd $W/mine && find . | sort && cat model_best.bin "model_ finetuned.bin" state_of_the_art.bin | md5sum)
+./train_gpt2 $SMALL -x 2 -o $W/mine > $W/mine1.txt 2>&1 ||
+    bad "a directory of user files is no earlier run: $(tail -1 $W/mine1.txt)"
+run_files='^\./(model|state)_0000000[23]\.bin$|^\./(main\.log|metrics\.jsonl|\.lock)$'
+./train_gpt2 $SMALL -x 3 -o $W/mine --overwrite 1 > $W/mine2.txt 2>&1
+if [ $? = 0 ] && grep -q "removed 4 file(s)" $W/mine2.txt && [ -f $W/mine/state_00000003.bin ] &&
+   [ "$users" = "$(cd $W/mine && find . | grep -vE "$run_files" | sort &&
+                   cat model_best.bin "model_ finetuned.bin" state_of_the_art.bin | md5sum)" ]; then
+    ok "--overwrite 1 removed the earlier run's 4 files and none of the user's 10 files, directories and links"
+else bad "--overwrite 1 beside user files: $(head -c 300 $W/mine2.txt); $(ls $W/mine | tr '\n' ' ')"; fi
+# a renamed live run keeps writing into its own directory, not into its successor
+./train_gpt2 $SMALL -x 60 -n 20 -o $W/live > $W/live_old.txt 2>&1 &
+live=$!
+for _ in $(seq 300); do [ -s $W/live/metrics.jsonl ] && break; sleep 0.05; done
+mv $W/live $W/live_old
+./train_gpt2 $SMALL -x 12 -n 5 -o $W/live > $W/live_new.txt 2>&1
+wait $live
+if [ "$(ls $W/live | grep -c '^state_')" = 3 ] && [ -f $W/live/state_00000012.bin ] && [ "$(runs_in $W/live)" = 1 ] &&
+   [ -f $W/live_old/state_00000060.bin ] && ! ls $W/live | grep -q 00000020; then
+    ok "a renamed live run's checkpoints stay in its directory; the new run's -o holds its own only"
+else bad "a renamed live run: $(ls $W/live | tr '\n' ' ') / $(ls $W/live_old | tr '\n' ' ')"; fi
+# the lock file is never followed through a symbolic link
+mkdir -p $W/lnk && echo mine > $W/precious.txt && ln -s ../precious.txt $W/lnk/.lock
+refused "a .lock that is a symbolic link" ".lock is a symbolic link" -- ./train_gpt2 $SMALL -x 2 -o $W/lnk
+[ "$(cat $W/precious.txt)" = mine ] && ok "the link's target is untouched" || bad "the .lock link's target was written"
+# a checkpoint write that fails (the file size limit) leaves no temporary, names what is intact
+(trap '' XFSZ; ulimit -f 2048; ./train_gpt2 $SMALL -x 4 -n 2 -o $W/fsz > /dev/null 2> $W/fsz_err.txt)
+st=$?
+if [ $st = 1 ] && grep -q "cannot write $W/fsz/model_00000002.bin.tmp" $W/fsz_err.txt &&
+   grep -q "holds no checkpoint of this run yet" $W/fsz_err.txt && ! ls $W/fsz | grep -q tmp; then
+    ok "a failed checkpoint write removes its temporary: $(tr '\n' ' ' < $W/fsz_err.txt)"
+else bad "a failed checkpoint write: exit $st: $(cat $W/fsz_err.txt); $(ls $W/fsz | tr '\n' ' ')"; fi
+# --trace and --memory-trace never name an input or a run's file; a finished run traces nothing
+refused "--trace naming the run's metrics.jsonl" "a training run's file" -- \
+    ./train_gpt2 $SMALL -x 2 -o $W/nk -y 1 --trace $W/nk/metrics.jsonl
+refused "--memory-trace naming a -j shard" "a validation shard (-j)" -- \
+    ./train_gpt2 $SMALL -x 2 --memory-trace data/tinyshakespeare/tiny_shakespeare_val_000000.bin
+./train_gpt2 $SMALL -x 25 -o $W/nk -y 1 --trace $W/finished.json > $W/finished.txt 2>&1
+[ $? = 0 ] && grep -q "no step left to train" $W/finished.txt && [ ! -e $W/finished.json ] &&
+    ok "--trace on a finished run says so and writes nothing" ||
+    bad "--trace on a finished run: $(tail -2 $W/finished.txt)"
+# a bad token met under --check-data 0 stops the run naming the checkpoint it resumes from
+python3 -c 'import struct, sys
+for name, bad in (("a", False), ("b", True)):
+    ids = [(i * 7919) % 50000 for i in range(400)]
+    if bad: ids[300] = 60000
+    h = [20240520, 1, len(ids)] + [0] * 253
+    open(sys.argv[1] + name + ".bin", "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(ids), *ids))' \
+    $W/badtok_
+./train_gpt2 $SMALL -x 20 -n 2 -i "$W/badtok_*.bin" -j "" --check-data 0 -o $W/badtok > /dev/null 2> $W/badtok.txt
+st=$?
+if [ $st = 1 ] && grep -q "badtok_b.bin" $W/badtok.txt &&
+   grep -q "^note: the checkpoint of step [0-9]* in $W/badtok is intact: -y 1 resumes from it" $W/badtok.txt; then
+    ok "a bad token under --check-data 0 names the checkpoint to resume from: $(tr '\n' ' ' < $W/badtok.txt)"
+else bad "a bad token under --check-data 0: exit $st: $(cat $W/badtok.txt)"; fi
+# a dangling symbolic link as -o
+ln -s $W/nowhere $W/dangling
+refused "a dangling symbolic link as -o" "symbolic link" -- ./train_gpt2 $SMALL -x 2 -o $W/dangling
 
 # --- samples: a long prompt keeps its last tokens, -g is capped at the context ----------
 PROMPT="BEGIN $(for i in $(seq 12); do printf 'the cat sat on the mat. '; done)THE END"
