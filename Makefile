@@ -153,6 +153,11 @@ build/fake_nvml/libnvidia-ml.so.1: dev/test/fake_nvml.c
 	@mkdir -p build/fake_nvml
 	$(CC) -std=c11 -Wall -Wextra -shared -fPIC -o $@ $<
 
+# the file-system fault shim of dev/test/fault_inject.py, loaded into the trainer with LD_PRELOAD
+build/libfault_shim.so: dev/test/fault_shim.c  ## the file-system fault shim of dev/test/fault_inject.py (LD_PRELOAD)
+	@mkdir -p build
+	$(CC) -std=c11 -Wall -Wextra -O2 -shared -fPIC -o $@ $< -ldl
+
 build/san/test_energy: dev/test/test_energy.c common/energy.h $(COMMON_H) build/fake_nvml/libnvidia-ml.so.1
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. $(SAN_FLAGS) -o $@ $< $(LDLIBS) -ldl
@@ -214,7 +219,7 @@ test:  ## run every test (the README's test command); first installs missing dep
 # command line test_train_cli.sh checks; run_all.sh compiles every CUDA program in every
 # precision for sm_90a, and in bf16 for every GPU (cuda-FP32, ...), as tests of their own
 TEST_PREREQS = cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),train_gpt2cu build/test_nccl_id_file)
-TEST_PREREQS += $(if $(HAVE_NVCC),build/test_fp8_host)
+TEST_PREREQS += $(if $(HAVE_NVCC),build/test_fp8_host) build/libfault_shim.so
 test-run: $(TEST_PREREQS)  ## make test without the dependency check
 	HAVE_NVCC=$(if $(HAVE_NVCC),1,0) PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
 

@@ -714,8 +714,7 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const RunDir 
     s.fp8 = NULL;
     AtomicFile sf = run_dir_begin(rd, sn);
     train_state_write_to(&sf, &s);
-    run_dir_finish(rd, &mf);
-    run_dir_finish(rd, &sf);
+    run_dir_finish_checkpoint(rd, &mf, &sf);
 }
 
 static void load_checkpoint(GPT2 *model, DataLoader *loader, const RunDir *rd, int step, TrainState *run,

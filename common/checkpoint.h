@@ -310,6 +310,9 @@ static inline void cw_write(ChecksummedWriter *w, const void *data, size_t size,
 // Returns the checksum written.
 static inline uint32_t cw_finish(ChecksummedWriter *w) {
     w->h[CKSUM_SLOT] = (int)w->crc;
+    errno = 0;
+    if (fflush(w->a->f) != 0)  // (seeking would flush, and name the wrong call when that fails)
+        fatal("cannot write %s: %s", w->a->tmp_path, errno ? strerror(errno) : "write error (disk full?)");
     if (fseeko(w->a->f, 0, SEEK_SET) != 0) fatal("cannot seek in %s: %s", w->a->tmp_path, strerror(errno));
     atomic_write(w->a, w->h, sizeof(int), HEADER_INTS);
     return w->crc;

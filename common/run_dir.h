@@ -601,6 +601,19 @@ static inline void run_dir_finish(const RunDir *rd, AtomicFile *a) {
     atomic_commit(a);
 }
 
+// Commits a checkpoint's model and then its state (rank 0). Should the state not get into
+// place (an error between the two), the error exit removes the model again: a model alone
+// would look like an earlier run's to -y 1, and the checkpoint before stays the newest.
+static inline void run_dir_finish_checkpoint(const RunDir *rd, AtomicFile *model, AtomicFile *state) {
+    char *model_name = xstrdup(model->name), *state_name = xstrdup(state->name);
+    run_dir_finish(rd, model);
+    pending_file_add(rd->fd, model_name, state_name);
+    run_dir_finish(rd, state);
+    pending_file_forget(model_name);
+    free(model_name);
+    free(state_name);
+}
+
 // After the checkpoint of step is written by every process of the run.
 static inline void run_dir_checkpoint_done(RunDir *rd, int step) {
     rd->last_step = step;

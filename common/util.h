@@ -38,25 +38,33 @@ static inline void fatal_note_set(const char *note) {
     snprintf(g_fatal_note, sizeof g_fatal_note, "%s", note ? note : "");
 }
 
-// The temporaries of atomic files being written (AtomicFile below): an error exit removes
-// them, so that a failed write (a full disk) leaves no partial file behind to keep the disk
-// full. A process killed outright leaves its temporary, which the next start removes.
+// The files an error exit removes (pending_file_add): the temporaries of atomic files being
+// written (AtomicFile below), so that a failed write (a full disk) leaves no partial file to
+// keep the disk full; and a file committed ahead of the one that completes it (a checkpoint's
+// model before its state), unless that one got into place. A process killed outright leaves
+// its temporary, which the next start removes.
 typedef struct {
     int dir_fd;
-    char *name;
-} PendingTemp;
-static PendingTemp *g_pending_temps = NULL;
-static int g_pending_temp_count = 0, g_pending_temp_cap = 0;
+    const char *name;
+    const char *unless;  // NULL, or a name whose presence (as a regular file) keeps name
+} PendingFile;
+static PendingFile *g_pending_files = NULL;
+static int g_pending_file_count = 0, g_pending_file_cap = 0;
 
-static inline void pending_temps_remove(void) {
-    for (int i = 0; i < g_pending_temp_count; i++) unlinkat(g_pending_temps[i].dir_fd, g_pending_temps[i].name, 0);
-    g_pending_temp_count = 0;
+static inline void pending_files_remove(void) {
+    for (int i = 0; i < g_pending_file_count; i++) {
+        const PendingFile *p = &g_pending_files[i];
+        struct stat st;
+        if (!p->unless || fstatat(p->dir_fd, p->unless, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            unlinkat(p->dir_fd, p->name, 0);
+    }
+    g_pending_file_count = 0;
 }
 
 // Every error exit goes through here.
 __attribute__((noreturn))
 static inline void fatal_exit(void) {
-    pending_temps_remove();
+    pending_files_remove();
     fflush(stdout);
     fflush(stderr);
     if (g_fatal_hook) g_fatal_hook();
@@ -222,6 +230,25 @@ static inline char *atomic_join(const char *dir_shown, const char *name, const c
     return p;
 }
 
+// name (in dir_fd) is removed by an error exit, unless unless is there then; the strings
+// stay the caller's until pending_file_forget(name).
+static inline void pending_file_add(int dir_fd, const char *name, const char *unless) {
+    if (g_pending_file_count == g_pending_file_cap) {
+        g_pending_file_cap = g_pending_file_cap ? 2 * g_pending_file_cap : 8;
+        g_pending_files = (PendingFile *)xrealloc(g_pending_files, (size_t)g_pending_file_cap * sizeof(PendingFile));
+    }
+    PendingFile p = {dir_fd, name, unless};
+    g_pending_files[g_pending_file_count++] = p;
+}
+
+static inline void pending_file_forget(const char *name) {
+    for (int i = 0; i < g_pending_file_count; i++)
+        if (g_pending_files[i].name == name) {
+            g_pending_files[i] = g_pending_files[--g_pending_file_count];
+            return;
+        }
+}
+
 // Opens <name>.tmp in the directory dir_fd (shown in messages as dir_shown). A temporary left
 // by a killed writer is replaced; one that is not a regular file is refused.
 static inline AtomicFile atomic_open_at(int dir_fd, const char *dir_shown, const char *name) {
@@ -243,13 +270,7 @@ static inline AtomicFile atomic_open_at(int dir_fd, const char *dir_shown, const
     }
     a.fd = openat(dir_fd, a.tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (a.fd < 0) fatal("cannot create %s: %s", a.tmp_path, strerror(errno));
-    if (g_pending_temp_count == g_pending_temp_cap) {
-        g_pending_temp_cap = g_pending_temp_cap ? 2 * g_pending_temp_cap : 8;
-        g_pending_temps =
-            (PendingTemp *)xrealloc(g_pending_temps, (size_t)g_pending_temp_cap * sizeof *g_pending_temps);
-    }
-    g_pending_temps[g_pending_temp_count].dir_fd = dir_fd;
-    g_pending_temps[g_pending_temp_count++].name = a.tmp_name;
+    pending_file_add(dir_fd, a.tmp_name, NULL);
     cookie_io_functions_t io = {NULL, atomic_cookie_write, atomic_cookie_seek, atomic_cookie_close};
     a.f = fopencookie((void *)(intptr_t)a.fd, "w", io);
     if (!a.f) fatal("cannot open a stream on %s: %s", a.tmp_path, strerror(errno));
@@ -270,13 +291,7 @@ static inline AtomicFile atomic_open(const char *path) {
 }
 
 // Drops the temporary from the error exit's list (it is renamed or removed now).
-static inline void atomic_forget(const AtomicFile *a) {
-    for (int i = 0; i < g_pending_temp_count; i++)
-        if (g_pending_temps[i].name == a->tmp_name) {
-            g_pending_temps[i] = g_pending_temps[--g_pending_temp_count];
-            return;
-        }
-}
+static inline void atomic_forget(const AtomicFile *a) { pending_file_forget(a->tmp_name); }
 
 // Writes count items to the temporary or stops, removing it.
 static inline void atomic_write(AtomicFile *a, const void *src, size_t size, size_t count) {

@@ -52,10 +52,7 @@ static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, con
     // rank 0's state file marks the checkpoint complete, so it is committed after the others'
     if (o->shard_rank != 0) run_dir_finish(rd, &sf);
     dp_barrier(&t->dp, t->info + INFO_BARRIER);
-    if (rank == 0) {
-        run_dir_finish(rd, &mf);
-        run_dir_finish(rd, &sf);
-    }
+    if (rank == 0) run_dir_finish_checkpoint(rd, &mf, &sf);
     optimizer_state_release(o, &s);
     free(s.fp8);
     free(host);

@@ -167,6 +167,8 @@ run train-cli ./dev/test/test_train_cli.sh
 run kill-resume ./dev/test/test_kill_resume.sh
 # the run directory: one run at a time, an earlier run kept, a full disk, long paths, prompts
 run run-dir ./dev/test/test_run_dir.sh
+# the run directory under injected faults: failed and torn writes, kills, damaged checkpoints
+run fault-inject $PYTHON dev/test/fault_inject.py
 # --trace: the timeline of a few steps, on the CPU trainer
 run trace ./dev/test/test_trace.sh
 # --generate and sampling with the KV cache, cached against uncached

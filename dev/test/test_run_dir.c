@@ -256,8 +256,7 @@ static void write_checkpoint(const RunDir *rd, int step) {
     s.model_crc = gpt2_checkpoint_write_to(&mf, &g_small, params, 0);
     AtomicFile sf = run_dir_begin(rd, sn);
     train_state_write_to(&sf, &s);
-    run_dir_finish(rd, &mf);
-    run_dir_finish(rd, &sf);
+    run_dir_finish_checkpoint(rd, &mf, &sf);
     free(s.m), free(s.v), free(params);
 }
 
@@ -387,11 +386,23 @@ static void big_write_child(const char *d) {
     write_checkpoint(&rd, 50);
 }
 
+// the state's commit fails once the model is in place (here: something else under its name)
+static void state_fails_child(const char *d) {
+    RunDir rd = open_dir(d, 0);
+    write_checkpoint(&rd, 7);
+}
+
 static void test_failed_write(void) {
     char *d = dir_in("full");
     expect_failure("a checkpoint past the file size limit", big_write_child, d, "model_00000050.bin.tmp",
                    "the checkpoint of step 40", "-y 1 resumes from it");
     CHECK(!exists_in(d, "model_00000050.bin.tmp") && !exists_in(d, "model_00000050.bin"), "a partial file is left");
+    char sub[PATH_CAP];
+    mkdir(path_join(sub, sizeof sub, d, "state_00000007.bin"), 0755);
+    expect_failure("a state that cannot be committed", state_fails_child, d, "state_00000007.bin", "not a regular file",
+                   NULL);
+    CHECK(!exists_in(d, "model_00000007.bin") && !exists_in(d, "state_00000007.bin.tmp"),
+          "the model of a checkpoint whose state failed is left: -y 1 would refuse it as an earlier run's");
     free(d);
 }
 
