@@ -40,17 +40,23 @@ static inline float *generate_open(const TrainOptions *o, GPT2Config *cfg, Token
 
 // --generate: the text starts with the end-of-text token and the prompt's tokens (the last
 // maxT - 1 of them when the prompt is longer, which is said); -g tokens follow, sampled with
-// --temperature, --top-k, --top-p and --seed, and printed as they come. A text that fills
-// the context (maxT tokens) slides: its newest half stays and generation continues from it
-// (recomputed once); the end says how often. Then the speed: the first token's time holds
-// the prompt's forward, the rest one position each with the KV cache.
+// --temperature, --top-k, --top-p and --seed, and printed as they come. Each token is drawn
+// from the whole text so far, up to a full context of maxT tokens; a new token that finds
+// the context full slides the window: the newest half of the text, the new token included,
+// stays and generation continues from it (recomputed once); the end says how often. A
+// context of one token holds only the newest token, so each is drawn from the one before.
+// Then the speed: the first token's time holds the prompt's forward, the rest one position
+// each with the KV cache.
 static inline void generate_text(const Tokenizer *tok, const TrainOptions *o, int maxT, int V,
                                  NextLogitsFn next_logits, void *model) {
     uint64_t rng = rng_seed((uint64_t)o->seed ^ 0x6e657874ULL);
     int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
     TokenVec tv = prompt_tokens(tok, o->prompt);
     size_t keep = tv.len < (size_t)maxT - 1 ? tv.len : (size_t)maxT - 1;
-    if (keep < tv.len)
+    if (keep == 0 && tv.len > 0)
+        printf("generate: the model's context holds one token, the start token: --prompt (%zu token%s) is not "
+               "used\n", tv.len, tv.len == 1 ? "" : "s");
+    else if (keep < tv.len)
         printf("generate: --prompt is %zu tokens, more than the context holds (%d, one of them the start token): "
                "generation starts from its last %zu\n", tv.len, maxT, keep);
     int n = 0;
@@ -63,17 +69,19 @@ static inline void generate_text(const Tokenizer *tok, const TrainOptions *o, in
     printf("----\n");
     for (int i = 1; i < n; i++) generate_print_token(tok, ids[i]);
     float *probs = (float *)xmalloc((size_t)V * sizeof(float));
+    // The newest half, rounded up so that even a context of one token keeps the new one.
+    const int half = (maxT + 1) / 2;
     int slides = 0;
     double t0 = wall_seconds(), t_first = 0;
     for (int g = 0; g < o->gen_tokens; g++) {
-        if (n == maxT) {
-            int k = maxT / 2;
-            memmove(ids, ids + n - k, (size_t)k * sizeof(int));
-            n = k;
-            slides++;
-        }
+        // 1 <= n <= maxT here: the logits come from the whole text, a full context included.
         next_logits(model, ids, n, probs);
         int id = sample_from_logits(probs, probs, V, o->temperature, o->top_k, o->top_p, &rng);
+        if (n == maxT) {  // no room for id: it joins the newest half - 1 of the text
+            memmove(ids, ids + n - (half - 1), (size_t)(half - 1) * sizeof(int));
+            n = half - 1;
+            slides++;
+        }
         ids[n++] = id;
         generate_print_token(tok, id);
         if (g == 0) t_first = wall_seconds() - t0;
@@ -85,8 +93,8 @@ static inline void generate_text(const Tokenizer *tok, const TrainOptions *o, in
                "%.2f ms a token)\n", o->gen_tokens, dt, o->gen_tokens / dt, 1e3 * t_first,
                o->gen_tokens > 1 ? 1e3 * (dt - t_first) / (o->gen_tokens - 1) : 0.0);
     if (slides)
-        printf("generate: the text filled the context (%d tokens) %d time(s); each time generation went on from "
-               "its newest %d tokens\n", maxT, slides, maxT / 2);
+        printf("generate: the text filled the context (%d token%s) %d time(s); each time generation went on from "
+               "its newest %d token%s\n", maxT, maxT == 1 ? "" : "s", slides, half, half == 1 ? "" : "s");
     free(probs);
     free(ids);
 }

@@ -8,6 +8,9 @@
 #     temperature, --top-p and a seed;
 #   - generation beyond the context slides the window, says so, and still agrees;
 #   - a prompt longer than the context keeps its last tokens and says so;
+#   - a prompt that fills the context (maxT - 1 tokens after the start token, or more): the
+#     first token is drawn from all maxT of them, as a full forward over the kept prompt;
+#   - a model whose context holds one token generates, each token from the one before;
 #   - the samples printed during training are the same with and without the cache;
 #   - a missing model file and a malformed --kv-cache are refused with a message naming them.
 # The last line is "N passed, M failed".
@@ -62,6 +65,90 @@ LONG=$(python3 -c "print('to be or not to be ' * 60)")
 if [ $? = 0 ] && grep -q "more than the context holds (128, one of them the start token): generation starts from its last 127" "$W/long.log"
 then ok "a prompt longer than the context: its last 127 tokens kept, and said"
 else bad "a long prompt: $(head -3 "$W/long.log" | tr '\n' ' ')"; fi
+
+# The full context, against a full forward. A 16-position model learns one sentence by heart
+# (-a 1 on a shard of it alone, after the start token), so its next token after the
+# first 15 words depends on all 16 positions: the last word alone, or the same words at other
+# positions, lead elsewhere. Its copy with 32 positions (wpe padded with zero rows, which
+# positions below 16 never read) has room for the 16 tokens and so draws its first greedy
+# token from their full forward; the 16-position model's first must be that token, after
+# these 15 words and after a longer prompt that ends with them. Its copy with 1 position
+# (wpe's row 0) holds only the start token: its first token is the one after the start token
+# alone, the 16-position model's after an empty prompt.
+# resize_wpe IN OUT T: the checkpoint IN with wpe cut or zero-padded to T rows (no checksum)
+resize_wpe() {
+    python3 - "$@" << 'PY'
+import struct, sys
+src, dst, t2 = sys.argv[1], sys.argv[2], int(sys.argv[3])
+b = open(src, "rb").read()
+h = list(struct.unpack("<256i", b[:1024]))
+assert h[0] == 20240326 and h[1] in (3, 5), "a checkpoint, fp32 or bf16"
+es = 4 if h[1] == 3 else 2
+t, c, vp = h[2], h[6], h[7]
+wpe = 1024 + es * vp * c
+rows = b[wpe:wpe + es * t * c][:es * t2 * c] + bytes(es * c * max(0, t2 - t))
+h[2], h[250], h[251] = t2, 0, 0
+open(dst, "wb").write(struct.pack("<256i", *h) + b[1024:wpe] + rows + b[wpe + es * t * c:])
+PY
+}
+# gen1 NAME MODEL KV PROMPT: one greedy token; its text in $W/NAME.txt, the log in $W/NAME.log
+gen1() {
+    "$TRAINER" --generate -e "$2" --kv-cache "$3" --prompt "$4" -g 1 --top-k 1 > "$W/$1.log" 2>&1
+    local rc=$?
+    text "$W/$1.log" > "$W/$1.txt"
+    return $rc
+}
+SENTENCE="the king went to the sea and the queen went to the castle of the north"
+mkdir -p "$W/ctx"
+python3 - "$W/ctx/ctx_train_000000.bin" data/gpt2/encoder.json "$SENTENCE" << 'PY'
+import json, struct, sys
+vocab = json.load(open(sys.argv[2]))
+ids = [50256] + [vocab["\u0120" + w] for w in sys.argv[3].split()]  # each " word" one token
+toks = ids * 4
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(toks), *[0] * 253) +
+                              struct.pack("<%dH" % len(toks), *toks))
+PY
+"$TRAINER" -e l2h2c64t16 -b 1 -t 16 -x 40 -l 3e-3 -a 1 -v 0 -s 0 -n -1 --seed 5 -i "$W/ctx/ctx_train_*.bin" -j "" \
+    -o "$W/t16" > "$W/t16.log" 2>&1
+M16=$W/t16/model_00000040.bin
+if [ -f "$M16" ] && resize_wpe "$M16" "$W/t32.bin" 32 && resize_wpe "$M16" "$W/t1.bin" 1; then
+    ok "a 16-position model that knows a sentence ($(grep -E '^step +40' "$W/t16.log" | cut -c1-30)), and its" \
+        "copies with 32 and 1 positions"
+else bad "the 16-position model or its copies: $(tail -2 "$W/t16.log" | tr '\n' ' ')"; fi
+P15=" ${SENTENCE% *}"
+gen1 ref "$W/t32.bin" 1 "$P15"
+if grep -q "after a prompt of 15, context 32" "$W/ref.log" && [ "$(wc -c < "$W/ref.txt")" -gt 60 ]; then
+    ok "the full forward over the 15 words, from the 32-position model: '$(sed -n 2p "$W/ref.txt")'"
+else bad "the 32-position model: $(head -3 "$W/ref.log" | tr '\n' ' ')"; fi
+for kv in 1 0; do
+    gen1 "full$kv" "$M16" $kv "$P15"
+    rc=$?
+    if [ $rc = 0 ] && grep -q "after a prompt of 15, context 16" "$W/full$kv.log" && cmp -s "$W/full$kv.txt" "$W/ref.txt"
+    then ok "--kv-cache $kv: a prompt of maxT - 1 tokens: the first token is the full forward's"
+    else bad "--kv-cache $kv: a prompt of maxT - 1 tokens: exit $rc, '$(tr '\n' ' ' < "$W/full$kv.txt")' against" \
+        "'$(tr '\n' ' ' < "$W/ref.txt")'"; fi
+    gen1 "over$kv" "$M16" $kv " once upon a time in$P15"
+    rc=$?
+    if [ $rc = 0 ] && grep -q "prompt is 20 tokens, .*generation starts from its last 15" "$W/over$kv.log" &&
+        cmp -s "$W/over$kv.txt" "$W/ref.txt"
+    then ok "--kv-cache $kv: a prompt of 20 tokens keeps its last 15, and the first token is the full forward's"
+    else bad "--kv-cache $kv: a prompt of 20 tokens: exit $rc, $(head -1 "$W/over$kv.log"), '$(tr '\n' ' ' < \
+        "$W/over$kv.txt")' against '$(tr '\n' ' ' < "$W/ref.txt")'"; fi
+done
+# beyond the full context: the window slides 5 times, the same with and without the cache
+agree slide_full -e "$M16" --prompt "$P15" -g 40 --top-k 1
+gen1 start "$M16" 1 ""
+for kv in 1 0; do
+    gen1 "one$kv" "$W/t1.bin" $kv "hello"
+    rc=$?
+    if [ $rc = 0 ] && grep -q "holds one token, the start token: --prompt (1 token) is not used" "$W/one$kv.log" &&
+        [ -s "$W/start.txt" ] && cmp -s "$W/one$kv.txt" "$W/start.txt"
+    then ok "--kv-cache $kv: a 1-position model: the first token is the one after the start token"
+    else bad "--kv-cache $kv: a 1-position model: exit $rc, '$(tr '\n' ' ' < "$W/one$kv.txt")' against" \
+        "'$(tr '\n' ' ' < "$W/start.txt")' $(tail -1 "$W/one$kv.log")"; fi
+done
+agree one_position -e "$W/t1.bin" -g 12 --top-k 1
+agree one_position_descriptor -e l1h1c64t1 -g 12 --top-k 1
 
 # training-time samples: the same text with and without the cache
 for c in 1 0; do
