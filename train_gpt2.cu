@@ -55,7 +55,7 @@ static double gpu_peak_flops(int tf32) {
 }
 
 // ----------------------------------------------------------------------------
-// The work between steps (common/train_common.h's after_step), on the GpuTrainer
+// The work between steps (common/between_steps.h's after_step), on the GpuTrainer
 
 static void eval_batch(void *t, const int *inputs, const int *targets, float weight) {
     trainer_eval_batch((GpuTrainer *)t, inputs, targets, weight);

@@ -446,7 +446,7 @@ static inline void debug_state_free(DebugState *d) {
 //   [3]=has_master [4]=world_size [5]=rank [6]=loader_pos_bytes [7]=loss_scale_good_steps
 //   [8..9]=num_params (int64) [10..11]=rng state (uint64) [12]=loss_scale (float bits)
 //   [13]=consecutive skipped updates [14..15]=bytes of main.log at this step (int64)
-//   [16]=the model file's checksum [17..31]=the run's settings (common/train_common.h)
+//   [16]=the model file's checksum [17..31]=the run's settings (common/run_state.h)
 //   [32..63]=data loader position (raw bytes of the loader's POD position struct)
 //   [64]=updates skipped in all (AdamW's step count is the step less these)
 //   [65..66]=values held in the loss and gradient-norm windows of -sl / -sg (common/outlier.h)

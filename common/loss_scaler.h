@@ -22,7 +22,7 @@ typedef struct {
 
 // Test hook, read from the environment: GPT2_TEST_LOSS_SCALE_WINDOW=N replaces the window
 // of 1000 steps, so that a short run exercises the doubling (and GPT2_TEST_OVERFLOW_STEPS,
-// common/train_common.h, the halving).
+// common/run_state.h, the halving).
 static inline void loss_scaler_init(LossScaler *s, float scale) {
     s->scale = scale;
     s->good_steps = 0;

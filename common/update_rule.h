@@ -1,7 +1,7 @@
 // update_rule.h: the one rule that decides whether a step's update is applied, for the CPU
 // trainer's AdamW, the GPU's AdamW kernel (kernels/adamw.cuh, which decides on the device so
 // that the host never waits for the step's loss and norm) and the step's report
-// (common/train_common.h's update_fate). A non-finite loss or gradient norm skips the update,
+// (common/run_state.h's update_fate). A non-finite loss or gradient norm skips the update,
 // and so does one above its outlier limit (-sl / -sg, common/outlier.h; 0: no limit).
 #ifndef COMMON_UPDATE_RULE_H
 #define COMMON_UPDATE_RULE_H

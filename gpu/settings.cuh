@@ -1,5 +1,5 @@
 // gpu/settings.cuh: every setting of the GPU trainer in one struct, GpuSettings: the
-// options both trainers take (common/train_common.h's TrainOptions) and the GPU trainer's
+// options both trainers take (common/train_options.h's TrainOptions) and the GPU trainer's
 // own, filled once by one option table, checked before any GPU work, then passed whole to
 // whatever is built from them (the model, the optimizer, the memory plan). test_gpt2cu
 // takes the model's options from the same table.

@@ -1,8 +1,8 @@
 // test_checkpoint.c: unit tests of common/checkpoint.h: model descriptors, the model FLOPs,
-// GPT-2's random initialisation (train_common.h), bf16
+// GPT-2's random initialisation (model_source.h), bf16
 // rounding, model checkpoint fp32/bf16 round trips, the debug state and training state
 // readers, clear errors (no crash) on corrupted, truncated and mismatched files, the
-// checksums and finiteness checks, and -y 1's choice of checkpoint (train_common.h), a model
+// checksums and finiteness checks, and -y 1's choice of checkpoint (run_dir.h), a model
 // file without its state among the ones it skips with a warning.
 // Built with AddressSanitizer and UBSan by `make test`.
 #include "testutil.h"

@@ -1,4 +1,4 @@
-// test_sampling.c: drawing a token from the model's logits (common/train_common.h):
+// test_sampling.c: drawing a token from the model's logits (common/sampling.h):
 // --top-k and --top-p keep only the most likely tokens and renormalise, ties going to the
 // lower id; without them a draw is the plain inverse-CDF draw it always was; frequencies
 // over many draws follow the kept probabilities. How a sample fits its context: a prompt
