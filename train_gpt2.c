@@ -699,7 +699,7 @@ static int generate_main(const TrainOptions *o) {
 // files are written in full before either is renamed into place, the state last: a step
 // whose state file exists has a whole checkpoint, and one stopped between the two renames
 // leaves the state's temporary to say so.
-static void save_checkpoint(GPT2 *model, const DataLoader *loader, const RunDir *rd, int step, uint64_t rng,
+static void save_checkpoint(GPT2 *model, const DataLoader *loader, RunDir *rd, int step, uint64_t rng,
                             const TrainState *run) {
     char mn[64], sn[64];
     run_checkpoint_name(mn, sizeof mn, RUN_NAME_MODEL, step, 0);
@@ -714,7 +714,7 @@ static void save_checkpoint(GPT2 *model, const DataLoader *loader, const RunDir 
     s.fp8 = NULL;
     AtomicFile sf = run_dir_begin(rd, sn);
     train_state_write_to(&sf, &s);
-    run_dir_finish_checkpoint(rd, &mf, &sf);
+    run_dir_finish_checkpoint(rd, step, &mf, &sf);
 }
 
 static void load_checkpoint(GPT2 *model, DataLoader *loader, const RunDir *rd, int step, TrainState *run,

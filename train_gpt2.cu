@@ -359,6 +359,11 @@ int main(int argc, char **argv) {
     TrainState run;  // what the checkpoints carry besides the weights and moments
     memset(&run, 0, sizeof run);
     run_settings_pack(o, data.max_steps, pg.world, run.settings);
+    // ranks from the environment picked their checkpoint each alone: they must have picked the same
+    if (pg.world > 1 && !pg.using_mpi && !trainer_same_on_ranks(&t, resume_step + 1))
+        fatal("-y 1: the ranks picked different checkpoints in %s (rank %d picked step %d, -1 for none; launched "
+              "without mpirun, each rank checks only its own files): see the warnings about the newer steps' state "
+              "files", o->out_dir, pg.rank, resume_step);
     const int start_step = resume_step >= 0 ? resume_step : 0, max_steps = data.max_steps;
     if (resume_step >= 0) {
         trainer_load_checkpoint(&t, &data.train, &rd, resume_step, &run, &rng);
@@ -380,8 +385,12 @@ int main(int argc, char **argv) {
     train_batches_init(&batches, &t.batch, &data.train, o->overfit, s.prefetch);
 
     // every check has passed on every rank: the run may change -o now
+    // (rank 0 sets its files aside first: a ZeRO rank's shard of an unfinished checkpoint is what tells -y 1 that
+    // rank 0's model of that step is unfinished, not an earlier run's)
     dp_barrier(&t.dp, t.info + INFO_BARRIER);
-    run_dir_start(&rd, o->resume, resume_step, !rank0);
+    if (rank0) run_dir_start(&rd, o->resume, resume_step, 0);
+    dp_barrier(&t.dp, t.info + INFO_BARRIER);
+    if (!rank0) run_dir_start(&rd, o->resume, resume_step, 1);
     Logger lg;
     run_logger_open(&lg, &rd, resume_step, &run, !rank0);
     metrics_header(&lg, "train_gpt2cu", PRECISION_NAME, &cfg, o, max_steps, pg.world, resume_step);

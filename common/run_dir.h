@@ -190,6 +190,14 @@ static inline void run_dir_lock(const RunDir *rd) {
               "and overwrite each other's checkpoints; wait for it to end, stop it, or choose another -o", rd->path,
               holder, path);
     }
+    // a lock file of ours holds "<pid> <host>" (or nothing yet): anything else is not ours to rewrite
+    char was[160] = "", was_host[128];
+    long was_pid;
+    ssize_t got = pread(fd, was, sizeof was - 1, 0);
+    if (got > 0) was[got] = 0;
+    if (got > 0 && sscanf(was, "%ld %127s", &was_pid, was_host) != 2)
+        fatal("-o: %s holds something this program did not write (a lock file of another tool?): it is left alone; "
+              "choose another -o", path);
     char host[128] = "unknown";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = 0;
@@ -298,14 +306,23 @@ static inline void run_dir_sync(const RunDir *rd) {
 static inline void run_dir_set_aside(const RunDir *rd, const char *name, const char *why, const char *reason) {
     char aside[PATH_CAP], from[PATH_CAP], to[PATH_CAP];
     snprintf(aside, sizeof aside, "%s.%s", name, why);
-    for (int k = 2; run_dir_has(rd, aside); k++) {
+    for (int k = 2;; k++) {
+        // never over a file: RENAME_NOREPLACE, or where the file system lacks it, a look first
+        int rc = renameat2(rd->fd, name, rd->fd, aside, RENAME_NOREPLACE);
+        if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+            rc = -1;
+            errno = EEXIST;
+            if (!run_dir_has(rd, aside)) rc = renameat(rd->fd, name, rd->fd, aside);
+        }
+        if (rc == 0) break;
+        if (errno != EEXIST)
+            fatal("cannot rename %s to %s: %s", run_dir_path(rd, from, name), run_dir_path(rd, to, aside),
+                  strerror(errno));
         if (k > RUN_ASIDE_MAX)
             fatal("%s has been set aside %d times: move the older %s.%s* files away", run_dir_path(rd, from, name),
                   RUN_ASIDE_MAX, name, why);
         snprintf(aside, sizeof aside, "%s.%s.%d", name, why, k);
     }
-    if (renameat(rd->fd, name, rd->fd, aside) != 0)
-        fatal("cannot rename %s to %s: %s", run_dir_path(rd, from, name), run_dir_path(rd, to, aside), strerror(errno));
     run_dir_sync(rd);
     fprintf(stderr, "warning: %s set aside as %s: %s\n", run_dir_path(rd, from, name), aside, reason);
 }
@@ -601,15 +618,29 @@ static inline void run_dir_finish(const RunDir *rd, AtomicFile *a) {
     atomic_commit(a);
 }
 
-// Commits a checkpoint's model and then its state (rank 0). Should the state not get into
-// place (an error between the two), the error exit removes the model again: a model alone
-// would look like an earlier run's to -y 1, and the checkpoint before stays the newest.
-static inline void run_dir_finish_checkpoint(const RunDir *rd, AtomicFile *model, AtomicFile *state) {
+// Commits the checkpoint of step: its model, then its state (rank 0). Should the state not
+// get into place (an error from the model's rename on), the error exit removes the model
+// again: a model alone would look like an earlier run's to -y 1, and the checkpoint before
+// stays the newest. From the state's rename on, errors name this checkpoint as the one -y 1
+// resumes from.
+static inline void run_dir_finish_checkpoint(RunDir *rd, int step, AtomicFile *model, AtomicFile *state) {
     char *model_name = xstrdup(model->name), *state_name = xstrdup(state->name);
-    run_dir_finish(rd, model);
+    AtomicFile *files[2] = {model, state};
+    for (int i = 0; i < 2; i++) {  // (none should be there: run_dir_start set them aside)
+        int there = atomic_target_state(files[i]);
+        if (there < 0)
+            fatal("%s exists and is not a regular file (a link or a directory): it is left alone; move it away",
+                  files[i]->path);
+        if (there > 0) run_dir_set_aside(rd, files[i]->name, "orphan", "a file of that name appeared during the run");
+    }
     pending_file_add(rd->fd, model_name, state_name);
-    run_dir_finish(rd, state);
+    atomic_commit(model);
+    atomic_close(state);
+    atomic_rename(state);
     pending_file_forget(model_name);
+    rd->last_step = step;
+    run_dir_note(rd);
+    atomic_sync_dir(state);
     free(model_name);
     free(state_name);
 }
@@ -626,8 +657,15 @@ static inline void run_dir_checkpoint_done(RunDir *rd, int step) {
 // -y 1 sets it aside. Every process of the run calls it (sum agrees the ranks' verdicts).
 static inline void run_dir_prune(RunDir *rd, int keep, int major, RankSumFn sum, const void *ctx) {
     if (keep <= 0 || rd->fd < 0) return;
-    int *steps, n = run_dir_steps(rd, RUN_NAME_STATE, 0, &steps), kept = 0;
+    // every rank is here (rank 0 has renamed its files) before any lists the directory
     long world = sum ? sum(ctx, 1) : 1;
+    int *steps, n = run_dir_steps(rd, RUN_NAME_STATE, 0, &steps), kept = 0;
+    if (sum && sum(ctx, n) != world * n) {  // a file system that shows the ranks different listings
+        fprintf(stderr, "warning: -nk: the ranks see different checkpoints in %s: none removed this time\n",
+                rd->path);
+        free(steps);
+        return;
+    }
     char why[1200];
     for (int i = 0; i < n; i++) {
         if (kept < keep) {
@@ -636,7 +674,10 @@ static inline void run_dir_prune(RunDir *rd, int keep, int major, RankSumFn sum,
                              "among the kept ones\n", steps[i], rd->path, bad);
             long intact = sum ? sum(ctx, !bad) : !bad;
             if (intact == world) {
-                kept++;
+                if (!kept++ && rd->last_step != steps[i]) {  // the newest intact: what -y 1 resumes from
+                    rd->last_step = steps[i];
+                    run_dir_note(rd);
+                }
                 if (!run_dir_is_verified(rd, steps[i])) run_dir_mark_verified(rd, steps[i]);
             }
             continue;

@@ -239,6 +239,7 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->ckpt_every < -1) fatal("-n must be -1 (at the end only), 0 (never) or a number of steps");
     if (o->val_batches != -1 && o->val_batches < 1)
         fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);
+    if (o->out_dir && !*o->out_dir) fatal("-o: an empty directory name (give a directory, or leave -o out)");
     if (o->resume && !o->out_dir) fatal("-y 1 needs -o: the directory to resume from");
     if (o->overwrite && !o->out_dir) fatal("--overwrite 1 needs -o: the directory whose earlier run it removes");
     if (o->overwrite && o->resume)

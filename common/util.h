@@ -319,18 +319,27 @@ static inline void atomic_close(AtomicFile *a) {
     if (close(a->fd) != 0) fatal("cannot close %s: %s", a->tmp_path, strerror(errno));
 }
 
-static inline void atomic_publish(AtomicFile *a) {
+// atomic_publish in two halves too: the rename, then the directory flushed to disk (the
+// rename is on disk only once the directory is) and the file's record freed.
+static inline void atomic_rename(AtomicFile *a) {
     if (atomic_target_state(a) < 0)
         fatal("%s exists and is not a regular file (a link or a directory): it is left alone; move it away",
               a->path);
     if (renameat(a->dir_fd, a->tmp_name, a->dir_fd, a->name) != 0)
         fatal("cannot rename %s to %s: %s", a->tmp_path, a->path, strerror(errno));
     atomic_forget(a);
-    // the rename is on disk only once the directory is
+}
+
+static inline void atomic_sync_dir(AtomicFile *a) {
     if (fsync(a->dir_fd) != 0 && errno != EINVAL)
         fatal("cannot flush the directory of %s to disk: %s", a->path, strerror(errno));
     if (a->own_dir_fd) close(a->dir_fd);
     free(a->path), free(a->tmp_path), free(a->name), free(a->tmp_name);
+}
+
+static inline void atomic_publish(AtomicFile *a) {
+    atomic_rename(a);
+    atomic_sync_dir(a);
 }
 
 static inline void atomic_commit(AtomicFile *a) {

@@ -15,7 +15,7 @@
 // writes the model to its temporary, the ZeRO ranks commit their shards, then rank 0 writes
 // its state and renames the model and the state into place, the state last: a step whose
 // state file exists has a whole checkpoint (common/run_dir.h).
-static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, const RunDir *rd, int step, uint64_t rng,
+static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, RunDir *rd, int step, uint64_t rng,
                                     const TrainState *run) {
     GPT2 *m = &t->model;
     const Optimizer *o = &t->opt;
@@ -52,7 +52,7 @@ static void trainer_save_checkpoint(GpuTrainer *t, const DataLoader *loader, con
     // rank 0's state file marks the checkpoint complete, so it is committed after the others'
     if (o->shard_rank != 0) run_dir_finish(rd, &sf);
     dp_barrier(&t->dp, t->info + INFO_BARRIER);
-    if (rank == 0) run_dir_finish_checkpoint(rd, &mf, &sf);
+    if (rank == 0) run_dir_finish_checkpoint(rd, step, &mf, &sf);
     optimizer_state_release(o, &s);
     free(s.fp8);
     free(host);

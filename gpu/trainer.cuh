@@ -224,6 +224,20 @@ static long trainer_sum_over_ranks(GpuTrainer *t, long count) {
     return lroundf(trainer_eval_result(t));
 }
 
+// Whether every rank passed the same v (0 <= v < 2^31): the largest and the smallest over the
+// ranks of its two 16-bit halves, all-reduced on the device (a float holds each half exactly).
+static int trainer_same_on_ranks(GpuTrainer *t, long v) {
+    if (t->dp.world == 1) return 1;
+    float h[4] = {(float)(v >> 16), (float)(v & 0xffff), -(float)(v >> 16), -(float)(v & 0xffff)}, *d;
+    CUDA_CHECK(cudaMalloc(&d, sizeof h));
+    CUDA_CHECK(cudaMemcpyAsync(d, h, sizeof h, cudaMemcpyHostToDevice, t->model.stream));
+    dp_allreduce_f32(&t->dp, d, 4, COMM_MAX);
+    CUDA_CHECK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, t->model.stream));
+    CUDA_CHECK(cudaStreamSynchronize(t->model.stream));
+    CUDA_CHECK(cudaFree(d));
+    return h[0] == -h[2] && h[1] == -h[3];
+}
+
 // One forward over a batch of rows and its per-position losses on the host (HellaSwag's
 // scoring: the forward is the work, the scorer's arithmetic is small).
 static void trainer_position_losses(GpuTrainer *t, const int *inputs, const int *targets, float *losses) {

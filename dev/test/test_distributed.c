@@ -1,8 +1,8 @@
 // test_distributed.c: the multi-process logic that needs no GPU, run under
 // `mpirun -np N` (N = 1, 2, 3): the data loader's split of every batch across ranks, the
 // trainer's ZeRO shard ownership, gathering sharded weights into one checkpoint, -y 1's
-// choice of a checkpoint intact on every rank, and the run directory's lock, which rank 0
-// takes for all the ranks of its run. Every rank checks; rank 0 prints each case and the
+// choice of a checkpoint intact on every rank, the run directory's lock, which rank 0 takes
+// for all the ranks of its run, and -nk's agreement between the ranks. Every rank checks; rank 0 prints each case and the
 // "N passed, M failed" line (failures summed over the ranks).
 #include "mpi_testutil.h"
 #include "../../common/checkpoint.h"
@@ -254,6 +254,67 @@ static void test_resume_pick_all_ranks(void) {
     free(params);
 }
 
+// -nk 1 under ZeRO, as the trainer does it: every rank commits its shard, then rank 0 its model
+// and state (slowly here: a large file's fsync), and every rank prunes at once after its own
+// part. The ranks must make the same collective calls, about the same checkpoints: each ends
+// with only step 6 of its files (a rank that listed the directory before rank 0's state of
+// step 6 was there would pair its sums with other steps, or wait for ever)
+static void test_prune_all_ranks(void) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "build/test_distributed_prune_np%d", g_pg.world);
+    if (g_pg.rank == 0) {  // fresh: an earlier run's files would be set aside, not pruned
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) CHECK(0, "%s", cmd);
+        mkdir(dir, 0755);
+    }
+    pg_sum_long(&g_pg, 0);
+    RunDir rd;
+    run_dir_open(&rd, dir, g_pg.rank, 0);
+    GPT2Config c = {16, 300, 384, 2, 2, 24};
+    float *params = (float *)xcalloc(gpt2_num_params(&c), sizeof(float));
+    alarm(60);  // a rank left waiting in a collective fails the test instead of hanging it
+    for (int step = 2; step <= 6; step += 2) {
+        TrainState s;
+        memset(&s, 0, sizeof s);
+        s.n = 10;
+        s.m = (float *)xcalloc(s.n, sizeof(float));
+        s.v = (float *)xcalloc(s.n, sizeof(float));
+        s.world_size = g_pg.world;
+        s.rank = g_pg.rank;
+        s.step = step;
+        s.loader_pos_bytes = 24;
+        char mn[64], sn[64];
+        run_checkpoint_name(mn, sizeof mn, RUN_NAME_MODEL, step, 0);
+        run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, g_pg.rank);
+        AtomicFile mf = {0}, sf;
+        if (g_pg.rank == 0) {
+            mf = run_dir_begin(&rd, mn);
+            s.model_crc = gpt2_checkpoint_write_to(&mf, &c, params, 0);
+        }
+        sf = run_dir_begin(&rd, sn);
+        train_state_write_to(&sf, &s);
+        if (g_pg.rank != 0) run_dir_finish(&rd, &sf);
+        pg_sum_long(&g_pg, 0);  // trainer_save_checkpoint's barrier
+        if (g_pg.rank == 0) {
+            usleep(200000);
+            run_dir_finish_checkpoint(&rd, step, &mf, &sf);
+        }
+        free(s.m);
+        free(s.v);
+        run_dir_prune(&rd, 1, 0, g_pg.world > 1 ? sum_over_ranks : NULL, &g_pg);
+    }
+    alarm(0);
+    for (int step = 2; step <= 6; step += 2) {
+        char sn[64];
+        run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, g_pg.rank);
+        CHECK(run_dir_has(&rd, sn) == (step == 6), "rank %d: %s %s", g_pg.rank, sn,
+              step == 6 ? "removed" : "kept past -nk 1");
+    }
+    run_dir_close(&rd);
+    free(params);
+}
+
 // The ranks of one run share its -o: rank 0 holds the lock, and no other rank is refused
 // (each process would be another holder to flock)
 static void test_run_dir_lock_ranks(void) {
@@ -287,6 +348,7 @@ int main(int argc, char **argv) {
     run_case("ZeRO-3: layers gathered from the shards == the model's slices", test_zero3_layer_gather);
     run_case("-y 1: the newest checkpoint intact on every rank", test_resume_pick_all_ranks);
     run_case("-o: rank 0 locks it for the run's ranks, none refused", test_run_dir_lock_ranks);
+    run_case("-nk under ZeRO: the ranks prune the same checkpoints", test_prune_all_ranks);
     int failed = g_failed;
     if (g_pg.rank == 0) printf("%d passed, %d failed\n", g_passed, g_failed);
     pg_finalize(&g_pg);

@@ -230,6 +230,14 @@ static void test_lock(void) {
     uint8_t *b = xread_file(path_join(target, sizeof target, linked, "precious.txt"), &len);
     CHECK(len == 4 && !memcmp(b, "mine", 4), "the link's target was written: %zu bytes", len);
     free(b);
+    // a .lock of another tool's (not "<pid> <host>") is not rewritten
+    char *other = dir_in("lock_other");
+    write_file(other, RUN_LOCK_NAME, "locked by the backup tool\n");
+    expect_failure("a .lock another program wrote", lock_child, other, "did not write", "left alone", NULL);
+    b = xread_file(path_join(target, sizeof target, other, RUN_LOCK_NAME), &len);
+    CHECK(len == 26 && !memcmp(b, "locked by the backup tool\n", 26), "another program's .lock was rewritten");
+    free(b);
+    free(other);
     free(free_dir);
     free(held);
     free(linked);
@@ -238,7 +246,7 @@ static void test_lock(void) {
 // a small checkpoint pair of step, written through the run directory as a trainer does
 static const GPT2Config g_small = {16, 300, 384, 2, 2, 8};
 
-static void write_checkpoint(const RunDir *rd, int step) {
+static void write_checkpoint(RunDir *rd, int step) {
     char mn[64], sn[64];
     float *params = (float *)xcalloc(gpt2_num_params(&g_small), sizeof(float));
     params[0] = (float)step;
@@ -256,7 +264,7 @@ static void write_checkpoint(const RunDir *rd, int step) {
     s.model_crc = gpt2_checkpoint_write_to(&mf, &g_small, params, 0);
     AtomicFile sf = run_dir_begin(rd, sn);
     train_state_write_to(&sf, &s);
-    run_dir_finish_checkpoint(rd, &mf, &sf);
+    run_dir_finish_checkpoint(rd, step, &mf, &sf);
     free(s.m), free(s.v), free(params);
 }
 

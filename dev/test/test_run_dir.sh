@@ -222,6 +222,7 @@ if [ $st = 1 ] && grep -q "badtok_b.bin" $W/badtok.txt &&
    grep -q "^note: the checkpoint of step [0-9]* in $W/badtok is intact: -y 1 resumes from it" $W/badtok.txt; then
     ok "a bad token under --check-data 0 names the checkpoint to resume from: $(tr '\n' ' ' < $W/badtok.txt)"
 else bad "a bad token under --check-data 0: exit $st: $(cat $W/badtok.txt)"; fi
+refused "an empty -o" "-o: an empty directory name" -- ./train_gpt2 $SMALL -x 2 -o ""
 # a dangling symbolic link as -o
 ln -s $W/nowhere $W/dangling
 refused "a dangling symbolic link as -o" "symbolic link" -- ./train_gpt2 $SMALL -x 2 -o $W/dangling
