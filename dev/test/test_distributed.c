@@ -202,6 +202,20 @@ static long sum_over_ranks(const void *ctx, long v) { return pg_sum_long((const 
 // -y 1 under ZeRO: every rank writes its state file of steps 3 and 6 (rank 0 the model too),
 // the last rank's file of step 6 is then corrupted, and every rank must resume from step 3:
 // a checkpoint counts only when it is intact on all of them (with one rank, step 6 is)
+// This rank's training state of step: 10 optimizer elements, all zero (the caller frees m, v).
+static TrainState rank_state(int step) {
+    TrainState s;
+    memset(&s, 0, sizeof s);
+    s.n = 10;
+    s.m = (float *)xcalloc(s.n, sizeof(float));
+    s.v = (float *)xcalloc(s.n, sizeof(float));
+    s.world_size = g_pg.world;
+    s.rank = g_pg.rank;
+    s.step = step;
+    s.loader_pos_bytes = 24;
+    return s;
+}
+
 static void test_resume_pick_all_ranks(void) {
     char dir[64], mp[4096], sp[4096];
     snprintf(dir, sizeof dir, "build/test_distributed_resume_np%d", g_pg.world);
@@ -210,15 +224,7 @@ static void test_resume_pick_all_ranks(void) {
     float *params = (float *)xcalloc(gpt2_num_params(&c), sizeof(float));
     for (int step = 3; step <= 6; step += 3) {
         path_join(mp, sizeof mp, dir, "model_%08d.bin", step);
-        TrainState s;
-        memset(&s, 0, sizeof s);
-        s.n = 10;
-        s.m = (float *)xcalloc(s.n, sizeof(float));
-        s.v = (float *)xcalloc(s.n, sizeof(float));
-        s.world_size = g_pg.world;
-        s.rank = g_pg.rank;
-        s.step = step;
-        s.loader_pos_bytes = 24;
+        TrainState s = rank_state(step);
         if (g_pg.rank == 0) s.model_crc = gpt2_checkpoint_write(mp, &c, params, 0);
         char sn[64];
         run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, g_pg.rank);
@@ -275,15 +281,7 @@ static void test_prune_all_ranks(void) {
     float *params = (float *)xcalloc(gpt2_num_params(&c), sizeof(float));
     alarm(60);  // a rank left waiting in a collective fails the test instead of hanging it
     for (int step = 2; step <= 6; step += 2) {
-        TrainState s;
-        memset(&s, 0, sizeof s);
-        s.n = 10;
-        s.m = (float *)xcalloc(s.n, sizeof(float));
-        s.v = (float *)xcalloc(s.n, sizeof(float));
-        s.world_size = g_pg.world;
-        s.rank = g_pg.rank;
-        s.step = step;
-        s.loader_pos_bytes = 24;
+        TrainState s = rank_state(step);
         char mn[64], sn[64];
         run_checkpoint_name(mn, sizeof mn, RUN_NAME_MODEL, step, 0);
         run_checkpoint_name(sn, sizeof sn, RUN_NAME_STATE, step, g_pg.rank);
