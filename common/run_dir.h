@@ -576,13 +576,11 @@ static inline void run_dir_start(RunDir *rd, int resume, int resume_step, int qu
         rd->earlier = NULL;
         rd->n_earlier = 0;
     }
+    // the newer checkpoints' files set aside first, so that nothing that failed its check stays under a
+    // checkpoint's name should a temporary's removal fail after
     int n_e;
     RunEntry *e = run_dir_list(rd, &n_e);
     for (int i = 0; i < n_e; i++) {
-        if (run_entry_of_rank(&e[i], rd->files_rank, RUN_SUFFIX_TMP)) {
-            run_dir_remove(rd, e[i].name, "-o");
-            continue;
-        }
         if (!resume || !run_entry_of_rank(&e[i], rd->files_rank, RUN_SUFFIX_NONE) || e[i].n.step <= resume_step)
             continue;
         char path[PATH_CAP], inner[512];
@@ -598,6 +596,10 @@ static inline void run_dir_start(RunDir *rd, int resume, int resume_step, int qu
                  "a checkpoint newer than the one resumed from, not whole (this run writes that step anew)");
         run_dir_set_aside(rd, e[i].name, bad ? "corrupt" : "orphan", reason);
     }
+    for (int i = 0; i < n_e; i++)  // a killed writer's temporaries: its next write would remove them anyway
+        if (run_entry_of_rank(&e[i], rd->files_rank, RUN_SUFFIX_TMP) && unlinkat(rd->fd, e[i].name, 0) != 0 &&
+            errno != ENOENT)
+            fprintf(stderr, "warning: cannot remove the temporary %s/%s: %s\n", rd->path, e[i].name, strerror(errno));
     run_entries_free(e, n_e);
     run_dir_sync(rd);
     rd->last_step = resume_step;

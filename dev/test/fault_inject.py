@@ -59,8 +59,10 @@ OPTION_SETS = {
 MAX_RESTARTS = 5
 # scenarios that once found a defect, run first by every run of the suite: a failure in the
 # first checkpoint's state rename (365822119) and in the directory's fsync just after its model
-# rename (407908088), each of which left a model without a state that -y 1 refused for ever
-REGRESSION_SEEDS = [365822119, 407908088]
+# rename (407908088), each of which left a model without a state that -y 1 refused for ever; a
+# failed removal of a stale temporary at a resume's start, which left a damaged newer
+# checkpoint under its name (1992506034)
+REGRESSION_SEEDS = [365822119, 407908088, 1992506034]
 PROCESS_TIMEOUT = 120
 ACTIONS = ["eio", "enospc", "kill", "torn"]
 KINDS = [("fault", 45), ("resume-fault", 15), ("kill-delay", 10), ("kill-file", 10), ("damage", 12),
