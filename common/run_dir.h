@@ -190,12 +190,14 @@ static inline void run_dir_lock(const RunDir *rd) {
               "and overwrite each other's checkpoints; wait for it to end, stop it, or choose another -o", rd->path,
               holder, path);
     }
-    // a lock file of ours holds "<pid> <host>" (or nothing yet): anything else is not ours to rewrite
-    char was[160] = "", was_host[128];
-    long was_pid;
+    // a lock file of ours holds "<pid> <host>\n", or the start of it (a write cut short by a kill): anything
+    // else is not ours to rewrite
+    char was[160] = "";
     ssize_t got = pread(fd, was, sizeof was - 1, 0);
-    if (got > 0) was[got] = 0;
-    if (got > 0 && sscanf(was, "%ld %127s", &was_pid, was_host) != 2)
+    size_t at = got > 0 ? (size_t)got : 0, k = strspn(was, "0123456789");
+    if (k < at && was[k] == ' ') k += 1 + strcspn(was + k + 1, " \t\n");
+    if (k < at && was[k] == '\n') k++;
+    if (k != at)
         fatal("-o: %s holds something this program did not write (a lock file of another tool?): it is left alone; "
               "choose another -o", path);
     char host[128] = "unknown";

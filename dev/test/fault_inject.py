@@ -61,8 +61,9 @@ MAX_RESTARTS = 5
 # first checkpoint's state rename (365822119) and in the directory's fsync just after its model
 # rename (407908088), each of which left a model without a state that -y 1 refused for ever; a
 # failed removal of a stale temporary at a resume's start, which left a damaged newer
-# checkpoint under its name (1992506034)
-REGRESSION_SEEDS = [365822119, 407908088, 1992506034]
+# checkpoint under its name (1992506034); a lock file's write cut short by a kill, which the
+# next start took for another program's (1900122868)
+REGRESSION_SEEDS = [365822119, 407908088, 1992506034, 1900122868]
 PROCESS_TIMEOUT = 120
 ACTIONS = ["eio", "enospc", "kill", "torn"]
 KINDS = [("fault", 45), ("resume-fault", 15), ("kill-delay", 10), ("kill-file", 10), ("damage", 12),
@@ -743,6 +744,8 @@ class Scenario(Recorder):
     def run_rename_dir(self, rd):
         old = Scenario.Dir(rd.path + "_old", rd.snap)
         p = self.launch(rd)
+        # the run holds the directory once its lock file is there: renamed before, the run would make a new one
+        self.wait_for_file(p, rd.path, ".lock")
         if self.rng.random() < 0.5:
             delay = self.rng.uniform(0, self.ref.wall)
             try:
