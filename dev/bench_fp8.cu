@@ -111,7 +111,7 @@ static Split trainer_split(const Layer *l, int site, int call) {
     return sp;
 }
 
-// the same call in one matmul: all N rows, or all of dweight in one slice (x^T and g^T cast whole)
+// the same product done by one matmul: all N rows, or all of dweight in one slice (x^T and g^T cast whole)
 static Split one_call(const Layer *l, int call) {
     Split sp = {call == CALL_DW ? FP8_DW_OUT_SLICES : FP8_DW_ROW_CHUNKS, call == CALL_DW ? l->oc : N};
     return sp;

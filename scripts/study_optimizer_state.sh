@@ -2,7 +2,7 @@
 # scripts/study_optimizer_state.sh: what --optimizer-state bf16 (AdamW's moments in bf16,
 # stochastically rounded) costs against fp32 moments (docs/memory.md). GPT-2 124M (d12) at
 # B=$B, T=1024 from one initial model (--seed) on one data order for $STEPS steps, once with
-# each moment type, in the same call: the train and validation losses (metrics.jsonl), the
+# each moment type, one after the other on the same GPU: the train and validation losses (metrics.jsonl), the
 # speed, J/step and the device memory. Before that (STEP_ERRORS=0 skips it), test_gpt2cu's
 # 10 AdamW steps against PyTorch with each moment type in each build, which sets the
 # tests' tolerance. Prints one table last; the two runs' metrics.jsonl are in $OUT/fp32
