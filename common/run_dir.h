@@ -614,11 +614,15 @@ static inline AtomicFile run_dir_begin(const RunDir *rd, const char *name) {
     return atomic_open_at(rd->fd, rd->path, name);
 }
 
-// Commits a file begun with run_dir_begin. A file already under its name (none should be:
-// run_dir_start set them aside) is set aside first, never overwritten.
+// A file already under a's name (none should be: run_dir_start set them aside) is set aside,
+// never overwritten.
+static inline void run_dir_clear_target(const RunDir *rd, const AtomicFile *a) {
+    if (atomic_target_taken(a)) run_dir_set_aside(rd, a->name, "orphan", "a file of that name appeared during the run");
+}
+
+// Commits a file begun with run_dir_begin.
 static inline void run_dir_finish(const RunDir *rd, AtomicFile *a) {
-    if (atomic_target_state(a) > 0)
-        run_dir_set_aside(rd, a->name, "orphan", "a file of that name appeared during the run");
+    run_dir_clear_target(rd, a);
     atomic_commit(a);
 }
 
@@ -629,14 +633,8 @@ static inline void run_dir_finish(const RunDir *rd, AtomicFile *a) {
 // resumes from.
 static inline void run_dir_finish_checkpoint(RunDir *rd, int step, AtomicFile *model, AtomicFile *state) {
     char *model_name = xstrdup(model->name), *state_name = xstrdup(state->name);
-    AtomicFile *files[2] = {model, state};
-    for (int i = 0; i < 2; i++) {  // (none should be there: run_dir_start set them aside)
-        int there = atomic_target_state(files[i]);
-        if (there < 0)
-            fatal("%s exists and is not a regular file (a link or a directory): it is left alone; move it away",
-                  files[i]->path);
-        if (there > 0) run_dir_set_aside(rd, files[i]->name, "orphan", "a file of that name appeared during the run");
-    }
+    run_dir_clear_target(rd, model);  // both before either is renamed
+    run_dir_clear_target(rd, state);
     pending_file_add(rd->fd, model_name, state_name);
     atomic_commit(model);
     atomic_close(state);

@@ -220,7 +220,7 @@ static inline int atomic_cookie_seek(void *cookie, off64_t *pos, int whence) {
     return 0;
 }
 
-static inline int atomic_cookie_close(void *cookie) { (void)cookie; return 0; }  // atomic_commit closes the fd
+static inline int atomic_cookie_close(void *cookie) { (void)cookie; return 0; }  // atomic_close closes the fd
 
 static inline char *atomic_join(const char *dir_shown, const char *name, const char *suffix) {
     size_t n = strlen(dir_shown) + strlen(name) + strlen(suffix) + 2;
@@ -299,11 +299,15 @@ static inline void atomic_write(AtomicFile *a, const void *src, size_t size, siz
         fatal("cannot write %s: %s", a->tmp_path, errno ? strerror(errno) : "write error (disk full?)");
 }
 
-// Whether a target name is free, taken by a regular file (1), or by something else (-1).
-static inline int atomic_target_state(const AtomicFile *a) {
+// Whether a regular file holds the target name (1) or it is free (0); anything else there (a
+// link, a directory) stops the program: it is not a file to replace.
+static inline int atomic_target_taken(const AtomicFile *a) {
     struct stat st;
     if (fstatat(a->dir_fd, a->name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
-    return S_ISREG(st.st_mode) ? 1 : -1;
+    if (!S_ISREG(st.st_mode))
+        fatal("%s exists and is not a regular file (a link or a directory): it is left alone; move it away",
+              a->path);
+    return 1;
 }
 
 // The two halves of atomic_commit, for a writer that finishes several files before it
@@ -322,9 +326,7 @@ static inline void atomic_close(AtomicFile *a) {
 // atomic_publish in two halves too: the rename, then the directory flushed to disk (the
 // rename is on disk only once the directory is) and the file's record freed.
 static inline void atomic_rename(AtomicFile *a) {
-    if (atomic_target_state(a) < 0)
-        fatal("%s exists and is not a regular file (a link or a directory): it is left alone; move it away",
-              a->path);
+    atomic_target_taken(a);
     if (renameat(a->dir_fd, a->tmp_name, a->dir_fd, a->name) != 0)
         fatal("cannot rename %s to %s: %s", a->tmp_path, a->path, strerror(errno));
     atomic_forget(a);
