@@ -10,17 +10,10 @@
 #include "../common/dataloader.h"
 #include "../kernels/common.cuh"
 #include "../kernels/encoder.cuh"
+#include "model.cuh"  // DeviceBatch
 
 enum { BATCH_INPUTS, BATCH_TARGETS, BATCH_POSITIONS, BATCH_BUCKET_TOKEN, BATCH_BUCKET_START, BATCH_FIELDS };
 enum { HOST_BATCH_A, HOST_BATCH_B, HOST_BATCH_STAGED };
-
-// What the model reads of the batch on the device. A CUDA graph replays for every batch:
-// there nb is the most buckets a batch can have (the encoder backward's grid) and
-// bucket_count the count on the device; else nb is the batch's and bucket_count NULL.
-typedef struct {
-    const int *inputs, *targets, *positions, *bucket_token, *bucket_start, *bucket_count;
-    int nb;
-} DeviceBatch;
 
 typedef struct {
     int B, T, vocab_size;

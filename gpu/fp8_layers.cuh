@@ -8,7 +8,16 @@
 #include "../common/checkpoint.h"
 #include "../kernels/fp8_linear.cuh"
 #include "../kernels/matmul.cuh"
-#include "settings.cuh"
+
+// --fp8-layers: which linear layers run in FP8 (a mask; 0: none)
+// one bit per kind of linear layer (every block's four, the lm_head); AUTO: chosen at start-up
+// by timing each kind both ways at the run's shapes (gpu/fp8_auto.cuh)
+enum {
+    FP8_QKV = 1, FP8_ATTPROJ = 2, FP8_FC = 4, FP8_FCPROJ = 8, FP8_HEAD = 16,
+    FP8_LAYERS_BLOCKS = 15, FP8_LAYERS_HEAD = 16, FP8_LAYERS_ALL = 31, FP8_LAYERS_AUTO = 32
+};
+static const char *const FP8_KIND_NAMES[] = {"qkv", "attproj", "fc", "fcproj", "head"};
+#define FP8_KINDS 5
 
 enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, SITES_PER_LAYER };
 

@@ -197,7 +197,8 @@ static void memory_trace_list(MemoryTrace *m, const GpuTrainer *t) {
     }
     if (o->offload == OFFLOAD_STAGED)
         memory_trace_add(m, "offload staging buffers", MEM_STAGING, -1, offload_stage_bytes(o->master != NULL, mb));
-    ActShape a = gpt2_act_shape(&g->config, &t->s, g->num_sms);
+    const GPT2Shape shape = gpu_model_shape(&t->s);
+    ActShape a = gpt2_act_shape(&g->config, &shape, g->num_sms);
     size_t bytes[ACT_COUNT], copies[ACT_COUNT];
     activation_sizes(&a, bytes, copies);
     for (int i = 0; i < ACT_COUNT; i++)

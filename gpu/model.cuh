@@ -5,7 +5,7 @@
 // wte, wpe, lnf and a few layers' slots that gpu/zero3.cuh fills ahead of use (ParamHooks);
 // gradients likewise, or under ZeRO-2 and -3 two layers' slots that the backward reuses (the
 // data-parallel reduction empties a slot while the layer below fills the other). The model reads its
-// micro-batch from the device (gpu/batch.cuh) and tells whoever consumes its gradients when a
+// micro-batch from the device (DeviceBatch, filled by gpu/batch.cuh) and tells whoever consumes its gradients when a
 // layer's may be written and when they are final (GradHooks: gpu/data_parallel.cuh).
 #pragma once
 #include "../common/checkpoint.h"
@@ -16,10 +16,16 @@
 #include "../kernels/attention.cuh"
 #include "../kernels/gelu.cuh"
 #include "../kernels/classifier.cuh"
-#include "settings.cuh"
 #include "activations.cuh"
 #include "fp8_layers.cuh"
-#include "batch.cuh"
+
+// What the model reads of the batch on the device. A CUDA graph replays for every batch:
+// there nb is the most buckets a batch can have (the encoder backward's grid) and
+// bucket_count the count on the device; else nb is the batch's and bucket_count NULL.
+typedef struct {
+    const int *inputs, *targets, *positions, *bucket_token, *bucket_start, *bucket_count;
+    int nb;
+} DeviceBatch;
 
 // What the backward tells the consumer of its gradients: before it writes layer l's (l = -1:
 // wte, wpe and lnf's) and once they are final. NULL functions: nobody to tell.
@@ -40,6 +46,18 @@ typedef struct {
 
 // the most layer slots a buffer of parameters or gradients has
 #define MODEL_MAX_SLOTS 3
+
+// What a model is built for, beyond its configuration: the micro-batch capacity (B, T), what
+// its activations keep (-r), its attention, and how its parameters and gradients are held
+// (whole, or in layer slots that their owner fills or empties)
+typedef struct {
+    int B, T;
+    int recompute;      // 0 none, 1 GELU, 2 GELU and layernorms, 3 the whole block
+    int flash;          // 1 flash attention, 0 plain
+    int deterministic;  // every kernel sums in a fixed order
+    int param_slots;    // -z 3: the layer slots of the parameters (0: every tensor whole)
+    int grad_slots;     // ZeRO-2 and -3 over several ranks: 2 layer slots of gradients (0: whole)
+} GPT2Shape;
 
 typedef struct {
     GPT2Config config;
@@ -177,27 +195,23 @@ static void download_floatX(float *dst, const floatX *src, size_t n) {
 }
 
 // The activations' shape for this model at micro-batches of (B, T) (num_sms 0: planned without a GPU)
-static ActShape gpt2_act_shape(const GPT2Config *c, const GpuSettings *s, int num_sms) {
-    ActShape a = {c, s->o.B, s->o.T, s->recompute, s->flash, s->deterministic, num_sms};
+static ActShape gpt2_act_shape(const GPT2Config *c, const GPT2Shape *sh, int num_sms) {
+    ActShape a = {c, sh->B, sh->T, sh->recompute, sh->flash, sh->deterministic, num_sms};
     return a;
 }
 
-// The layer slots of the parameters: -z 3's, the one in use and those gathered ahead (0: whole)
-static int gpt2_param_slots(int zero_stage, int prefetch_layers) { return zero_stage == 3 ? 1 + prefetch_layers : 0; }
-
-// Allocates the model for micro-batches of up to the settings' (B, T) and uploads the
-// parameters (host fp32, checkpoint order; under -z 3 their owner fills the slots instead).
-// fp8: the FP8 state of the linear layers (its mask 0: none). Gradients in slots under
-// ZeRO-2 and -3 over several ranks (s->shard_grads).
-static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params, const GpuSettings *s,
+// Allocates the model for micro-batches of up to (sh->B, sh->T) and uploads the parameters
+// (host fp32, checkpoint order; in slots their owner fills them instead). fp8: the FP8 state
+// of the linear layers (its mask 0: none).
+static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params, const GPT2Shape *sh,
                        Fp8Layers *fp8) {
     memset(m, 0, sizeof *m);
     m->config = *cfg;
     m->num_params = gpt2_param_layout(cfg, m->param_sizes, m->param_offsets);
-    m->B = s->o.B;
-    m->T = s->o.T;
-    m->recompute = s->recompute;
-    m->flash = s->flash;
+    m->B = sh->B;
+    m->T = sh->T;
+    m->recompute = sh->recompute;
+    m->flash = sh->flash;
     m->fp8 = fp8;
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     int dev;
@@ -205,18 +219,18 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     CUDA_CHECK(cudaDeviceGetAttribute(&m->num_sms, cudaDevAttrMultiProcessorCount, dev));
     matmul_init(m->stream);
 
-    m->param_slots = gpt2_param_slots(s->zero_stage, s->prefetch_layers);
+    m->param_slots = sh->param_slots;
     m->param_elems = slotted_elems(cfg, m->param_slots, m->slot_offsets, &m->slot_elems);
     CUDA_CHECK(cudaMalloc(&m->params, m->param_elems * sizeof(floatX)));
     slotted_bind(m, m->params, m->param_slots, m->param, m->param_slot);
     if (!m->param_slots) upload_params(m->params, host_params, m->num_params);
-    m->grad_slots = s->shard_grads ? 2 : 0;
+    m->grad_slots = sh->grad_slots;
     m->grad_elems = slotted_elems(cfg, m->grad_slots, m->slot_offsets, &m->slot_elems);
     CUDA_CHECK(cudaMalloc(&m->grads, m->grad_elems * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(m->grads, 0, m->grad_elems * sizeof(floatX)));
     slotted_bind(m, m->grads, m->grad_slots, m->grad, m->grad_slot);
-    if (m->flash) flash_attention_set_deterministic(s->deterministic);
-    ActShape a = gpt2_act_shape(cfg, s, m->num_sms);
+    if (m->flash) flash_attention_set_deterministic(sh->deterministic);
+    ActShape a = gpt2_act_shape(cfg, sh, m->num_sms);
     activations_alloc(&m->acts, &a, &m->act_bytes, &m->scratch_bytes);
     const size_t N = (size_t)m->B * m->T;
     if (fp8) fp8_layers_lend(fp8, cfg, m->acts.logits, N * cfg->padded_vocab_size * sizeof(floatX), m->acts.dfch,

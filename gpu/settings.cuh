@@ -10,20 +10,11 @@
 #include "../kernels/common.cuh"
 #include "../kernels/comm.cuh"
 #include "../kernels/offload.cuh"
+#include "model.cuh"
 
 // --flash-attention -1: flash attention where it exists (the bf16 and fp16 builds, head
 // sizes 64 and 128); it keeps no T x T matrix (19 GB less at GPT-2 124M, B=64, T=1024)
 #define FLASH_AUTO (-1)
-
-// --fp8-layers: which linear layers run in FP8 (a mask; 0: none)
-// one bit per kind of linear layer (every block's four, the lm_head); AUTO: chosen at start-up
-// by timing each kind both ways at the run's shapes (gpu/fp8_auto.cuh)
-enum {
-    FP8_QKV = 1, FP8_ATTPROJ = 2, FP8_FC = 4, FP8_FCPROJ = 8, FP8_HEAD = 16,
-    FP8_LAYERS_BLOCKS = 15, FP8_LAYERS_HEAD = 16, FP8_LAYERS_ALL = 31, FP8_LAYERS_AUTO = 32
-};
-static const char *const FP8_KIND_NAMES[] = {"qkv", "attproj", "fc", "fcproj", "head"};
-#define FP8_KINDS 5
 
 // The defaults of the options that apply with --fp8 1 only. A string option keeps its
 // default's own pointer until the command line sets it (args.h points it into argv), so one
@@ -297,6 +288,16 @@ static void gpu_settings_for_model(GpuSettings *s, const GPT2Config *cfg, const 
     if (cfg->channels % 8 || (cfg->channels / cfg->num_heads) % 8)
         fatal("%s: channels (%d) and head size (%d) must be multiples of 8 for the GPU kernels", name, cfg->channels,
               cfg->channels / cfg->num_heads);
+}
+
+// The layer slots of the parameters: -z 3's, the one in use and those gathered ahead (0: whole)
+static int gpt2_param_slots(int zero_stage, int prefetch_layers) { return zero_stage == 3 ? 1 + prefetch_layers : 0; }
+
+// What the model is built for under these settings (after gpu_settings_for_model)
+static GPT2Shape gpu_model_shape(const GpuSettings *s) {
+    GPT2Shape sh = {s->o.B, s->o.T, s->recompute, s->flash, s->deterministic,
+                    gpt2_param_slots(s->zero_stage, s->prefetch_layers), s->shard_grads ? 2 : 0};
+    return sh;
 }
 
 // The settings the memory planner may change (common/memory_budget.h), as this run has them

@@ -62,7 +62,8 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     g_fuse_gelu = s->fuse_gelu;
     matmul_set_tf32(s->tf32);
     fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed, s->fp8_cast, (size_t)s->o.B * s->o.T);
-    gpt2_build(&t->model, cfg, host_params, s, &t->fp8);
+    const GPT2Shape shape = gpu_model_shape(s);
+    gpt2_build(&t->model, cfg, host_params, &shape, &t->fp8);
     dp_init(&t->dp, comm, rank, world, s->zero_stage, t->model.stream);
     if (t->fp8.auto_pick) trainer_fp8_auto(t);
     optimizer_create(&t->opt, &t->model, host_params, s, &t->dp, &t->fp8);
