@@ -203,6 +203,10 @@ build/test_fp8_host: dev/test/test_fp8_host.cu $(FP8_CUH) dev/test/testutil.h bu
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8_host.cu $(NVCC_LIBS)
 
+build/test_model_alone: dev/test/test_model_alone.cu $(GPU_H) $(KERNELS_H) common/checkpoint.h dev/test/testutil.h build/nvcc_flags  ## gpu/model.cuh alone: no settings or run machinery, its layout (no GPU needed)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_model_alone.cu $(NVCC_LIBS)
+
 UNIT_TESTS = build/san/test_gpt2 build/test_distributed build/san/test_tokenizer_unit build/san/test_dataloader \
              build/san/test_checkpoint build/san/test_sgemm build/san/test_energy build/san/fuzz_readers \
              build/san/test_loss_scaler build/san/test_export_hf build/san/test_sampling \
@@ -219,7 +223,7 @@ test:  ## run every test (the README's test command); first installs missing dep
 # command line test_train_cli.sh checks; run_all.sh compiles every CUDA program in every
 # precision for sm_90a, and in bf16 for every GPU (cuda-FP32, ...), as tests of their own
 TEST_PREREQS = cpu $(UNIT_TESTS) build/test_sgemm $(if $(HAVE_NVCC),train_gpt2cu build/test_nccl_id_file)
-TEST_PREREQS += $(if $(HAVE_NVCC),build/test_fp8_host) build/libfault_shim.so
+TEST_PREREQS += $(if $(HAVE_NVCC),build/test_fp8_host build/test_model_alone) build/libfault_shim.so
 test-run: $(TEST_PREREQS)  ## make test without the dependency check
 	HAVE_NVCC=$(if $(HAVE_NVCC),1,0) PYTHON=$(PYTHON) PYTHON_TORCH=$(PYTHON_TORCH) ./dev/test/run_all.sh
 

@@ -19,7 +19,8 @@
 //                          in from host memory) just ahead of use
 //   gpu/batch.cuh          BatchStager, TrainBatches: micro-batches from the loader to the device
 //   gpu/checkpoint.cuh     model and training-state files of a run directory
-//   gpu/memory_plan.cuh    the device-memory plan (--max-device-memory) and the memory report
+//   gpu/memory_plan.cuh    the device-memory plan (--max-device-memory), without a GPU or a trainer
+//   gpu/memory_report.cuh  the memory lines of a run and --memory-trace's buffers
 //   gpu/phases.cuh         NVTX ranges and --profile's time per phase of the step
 //   gpu/trace_gpu.cuh      --trace's GPU rows: kernels, copies and phases from CUPTI
 //   gpu/generate.cuh       sampling and --generate with a KV cache
@@ -44,6 +45,7 @@
 #include "gpu/checkpoint.cuh"
 #include "gpu/device_check.cuh"
 #include "gpu/memory_plan.cuh"
+#include "gpu/memory_report.cuh"
 #include "gpu/trace_gpu.cuh"
 
 // The MFU denominator: the dense peak of an H100/H200 SXM (datasheet) for the build's

@@ -12,7 +12,7 @@
 // arrays), optimizer_free; the trainer does not reach inside.
 #pragma once
 #include "../common/distributed.h"
-#include "../common/train_common.h"
+#include "../common/train_options.h"
 #include "../kernels/adamw.cuh"
 #include "../kernels/global_norm.cuh"
 #include "../kernels/offload.cuh"

@@ -4,7 +4,7 @@
 // whatever is built from them (the model, the optimizer, the memory plan). test_gpt2cu
 // takes the model's options from the same table.
 #pragma once
-#include "../common/train_common.h"
+#include "../common/train_options.h"
 #include "../common/distributed.h"
 #include "../common/memory_budget.h"
 #include "../kernels/common.cuh"

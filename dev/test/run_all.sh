@@ -140,6 +140,9 @@ else skip nccl-id-file "no nvcc"; fi
 # the FP8 encoder against CUDA's, the scale recipe and the FP8 matmul's refusals (CPU only)
 if [ "$HAVE_NVCC" = 1 ]; then run fp8-host ./build/test_fp8_host
 else skip fp8-host "no nvcc"; fi
+# the model header on its own: the headers it pulls in, its layout (CPU only)
+if [ "$HAVE_NVCC" = 1 ]; then run model-alone ./dev/test/test_model_alone.sh
+else skip model-alone "no nvcc"; fi
 # the tokenizer against tiktoken
 run tokenizer-vs-tiktoken $PYTHON dev/test/test_tokenizer.py
 run unicode-tables-current $PYTHON dev/gen_unicode_tables.py --check
