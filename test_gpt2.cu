@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     free(logits);
 
     // backward: every gradient tensor
-    gpt2_zero_grad(model);  // (not trainer_zero_grad: the loss in info is step 0's)
+    gpt2_zero_grad(model);  // (not trainer_step_begin: the loss in info is step 0's)
     gpt2_backward(model, &batch, NULL);
     CUDA_CHECK(cudaStreamSynchronize(s));
     float *grads = (float *)xmalloc(model->num_params * sizeof(float));
@@ -186,8 +186,9 @@ int main(int argc, char **argv) {
         // step 0 reuses the gradients just checked
         for (int step = 0; step < ref.nsteps; step++) {
             if (step > 0) {
-                trainer_zero_grad(&t);
-                trainer_micro_step(&t, B, T, 1.0f / (float)BT);  // with --cuda-graph 1: eager once, then replayed
+                trainer_step_begin(&t, 0);
+                const DeviceBatch batch = batch_on_device(&t.batch, gs.cuda_graph);
+                trainer_micro_step(&t, &batch, 1, 1.0f / (float)BT);  // with --cuda-graph 1: eager once, then replayed
             }
             trainer_update(&t, &h, step + 1);
             CUDA_CHECK(cudaMemcpyAsync(info, t.info, sizeof info, cudaMemcpyDeviceToHost, s));

@@ -855,6 +855,7 @@ int main(int argc, char **argv) {
     gpt2_build(&model, &cfg, params);
 
     TrainData data;
+    train_options_resolve_total_batch(&o, 1);
     train_data_open(&data, &o, cfg.vocab_size, 0, 1);
     const int accum = data.accum, max_steps = data.max_steps;
     AdamWConfig opt = {o.lr, 0.9f, 0.95f, 1e-8f, o.weight_decay, o.grad_clip, 0.0f, 0.0f};

@@ -190,18 +190,17 @@ static void print_run_start(const GpuTrainer *t, const cudaDeviceProp *prop, con
 // read ahead (not across a checkpoint, which records the loader's position as the next
 // batch to train).
 static void train_step(GpuTrainer *t, TrainBatches *batches, int accum, const AdamWConfig *h, int step_t,
-                       int prefetch_last) {
+                       int prefetch_last, int force_overflow) {
     const int B = t->model.B, T = t->model.T;
     // the mean over positions, micro-steps and ranks (the ranks' losses and gradients are summed)
     const float loss_scale = 1.0f / ((float)B * T * accum * t->dp.world);
     cudaStream_t s = t->model.stream;
-    trainer_zero_grad(t);
+    trainer_step_begin(t, force_overflow);
     for (int micro = 0; micro < accum; micro++) {
         phase_begin(&t->phases, PHASE_BATCH, s);
-        train_batches_upload(batches, s);
+        const DeviceBatch batch = train_batches_upload(batches, s);
         phase_end(&t->phases, PHASE_BATCH, s);
-        t->dp.last_micro = micro == accum - 1;
-        trainer_micro_step(t, B, T, loss_scale);
+        trainer_micro_step(t, &batch, micro == accum - 1, loss_scale);
         if (micro + 1 < accum || prefetch_last) train_batches_prefetch(batches);  // read while the GPU works
     }
     dp_allreduce_f32(&t->dp, t->info + INFO_LOSS, 1, COMM_SUM);
@@ -256,10 +255,9 @@ static void report_end(const GpuTrainer *t, Logger *lg, const TrainState *run, s
 // are all it holds; --kv-cache 0 builds it as for training at B=1 and runs the training
 // forward over the whole text for each token.
 
-static int generate_main(GpuSettings *s, ProcessGroup *pg) {
-    TrainOptions *o = &s->o;
+static int generate_main(const GpuSettings *given, ProcessGroup *pg) {
+    const TrainOptions *o = &given->o;
     if (pg->world > 1) fatal("--generate runs on one GPU: start it without mpirun or with -np 1 (%d ranks)", pg->world);
-    s->zero_stage = 0;  // the whole model on the GPU, whatever -z says
     GPT2Config cfg;
     Tokenizer tok;
     float *host_params = generate_open(o, &cfg, &tok);
@@ -285,13 +283,11 @@ static int generate_main(GpuSettings *s, ProcessGroup *pg) {
         cudaStreamDestroy(stream);
         cudaFree(params);
     } else {
-        o->B = 1;
-        o->T = maxT;
-        gpu_settings_for_model(s, &cfg, o->model_arg);
+        const GpuSettings s = gpu_settings_for_generate(given, &cfg, o->model_arg);
         Comm comm;
         comm_init(&comm, pg, COMM_BACKEND_NONE);
         GpuTrainer t;
-        trainer_build(&t, &cfg, host_params, s, &comm, 0, 1);
+        trainer_build(&t, &cfg, host_params, &s, &comm, 0, 1);
         generate_text(&tok, o, maxT, cfg.vocab_size, next_logits, &t);
         trainer_free(&t);
     }
@@ -305,10 +301,10 @@ int main(int argc, char **argv) {
     ProcessGroup pg;
     pg_init(&pg, &argc, &argv);
     const int rank0 = pg.rank == 0;
-    GpuSettings s;
-    gpu_settings_defaults(&s);
+    GpuSettings given;  // as the command line gives them; resolved for the model below
+    gpu_settings_defaults(&given);
     ARG_TABLE(options, GPU_OPTIONS_CAPACITY);
-    gpu_settings_add_options(&options, &s, GPU_OPTIONS_ALL);
+    gpu_settings_add_options(&options, &given, GPU_OPTIONS_ALL);
     args_parse_table(argc, argv, &options,
                      "usage: train_gpt2cu [options]\n"
                      "       mpirun -np N train_gpt2cu [options]     (N ranks, one GPU each)\n\n"
@@ -317,15 +313,15 @@ int main(int argc, char **argv) {
                      "see).");
 
     // everything is checked before any GPU work
-    TrainOptions *o = &s.o;
-    train_options_validate(o);
-    gpu_settings_check(&s, &pg);
-    if (o->generate) return generate_main(&s, &pg);
+    train_options_validate(&given.o);
+    gpu_settings_check(&given, &pg);
+    if (given.o.generate) return generate_main(&given, &pg);
     GPT2Config cfg;
-    float *host_params = gpt2_params_from_model_arg(o->model_arg, o->T, (uint64_t)o->seed, &cfg);
+    float *host_params = gpt2_params_from_model_arg(given.o.model_arg, given.o.T, (uint64_t)given.o.seed, &cfg);
     char model_name[4200];
-    snprintf(model_name, sizeof model_name, "-e %s", o->model_arg);
-    gpu_settings_for_model(&s, &cfg, model_name);
+    snprintf(model_name, sizeof model_name, "-e %s", given.o.model_arg);
+    const GpuSettings s = gpu_settings_resolve(&given, &cfg, model_name, pg.world);
+    const TrainOptions *o = &s.o;
     ZeroLayout zl;
     const char *bad = optimizer_layout(&zl, &cfg, optimizer_shard_world(&s, pg.world));
     if (bad) fatal("-z %d with %d ranks: %s; use a number of ranks that divides the channels (%d), or -z 0",
@@ -338,7 +334,6 @@ int main(int argc, char **argv) {
     if (rank0) run_dir_claim(&rd, o->resume, o->overwrite, o->model_arg);
     const PlanInput plan = {&cfg, &s};
     const MemorySetting setting = gpu_memory_setting(&s, pg.world);
-    fp8_weights_resolve(&s, &cfg, setting);
     memory_budget_gate(&plan, setting, rank0);
     TrainData data;
     train_data_open(&data, o, cfg.vocab_size, pg.rank, pg.world);
@@ -381,10 +376,10 @@ int main(int argc, char **argv) {
     memory_trace_list(&trace.mem, &t);
     trace.in_use = device_in_use_since;
     trace.in_use_ctx = (void *)&used0;
-    t.phases.trace = &trace;
+    trainer_trace_to(&t, &trace);
     train_data_start_reading(&data, o);
     TrainBatches batches;
-    train_batches_init(&batches, &t.batch, &data.train, o->overfit, s.prefetch);
+    train_batches_init(&batches, &t.batch, &data.train, o->overfit, s.prefetch, s.cuda_graph);
 
     // every check has passed on every rank: the run may change -o now
     // (rank 0 sets its files aside first: a ZeRO rank's shard of an unfinished checkpoint is what tells -y 1 that
@@ -418,10 +413,10 @@ int main(int argc, char **argv) {
         trace_step_begin(&trace, step1);
         gpu_tracer_step_begin(&trace, step1);
         trace_begin(&trace, "step", TRACE_CAT_STEP);
-        t.force_overflow = test_overflow_step(step1);
         h.lr = lr_at_step(&data.sched, step);
         outlier_limits(o, &run, &h);
-        train_step(&t, &batches, data.accum, &h, adamw_step_count(&run, step1), !last && !ckpt_due);
+        train_step(&t, &batches, data.accum, &h, adamw_step_count(&run, step1), !last && !ckpt_due,
+                   test_overflow_step(step1));
         float loss, norm;
         trainer_step_result(&t, &loss, &norm);  // the step's one host sync
         const double dt = step_meter_end(&meter, step);

@@ -20,13 +20,10 @@ typedef struct {
 } TrainData;
 
 // rank of world: each rank's loaders read its part of every global batch (B*T*world
-// tokens); o->total_batch must be a multiple of that, and -1 becomes that (llm.c's default).
-static inline void train_data_open(TrainData *d, TrainOptions *o, int vocab_size, int rank, int world) {
+// tokens); o->total_batch (resolved: train_options_resolve_total_batch) must be a multiple of that.
+static inline void train_data_open(TrainData *d, const TrainOptions *o, int vocab_size, int rank, int world) {
     memset(d, 0, sizeof *d);  // what a run does not use (no -h 1: no HellaSwag) stays empty for train_data_close
-    if (o->total_batch == -1) {
-        if ((long)o->B * o->T * world > INT32_MAX) fatal("-b * -t * ranks is too large for one step");
-        o->total_batch = o->B * o->T * world;
-    }
+    if (o->total_batch == -1) fatal("internal: -d -1 reached the data unresolved");
     if (o->total_batch % ((long)o->B * o->T * world))
         fatal("-d (total batch size) must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens, got %d", o->B, o->T,
               world, (long)o->B * o->T * world, o->total_batch);

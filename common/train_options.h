@@ -212,7 +212,7 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->T < 1) fatal("-t (sequence length) must be at least 1, got %d", o->T);
     if ((long)o->B * o->T > (1L << 30))
         fatal("-b times -t is too large (%ld tokens per micro-batch)", (long)o->B * o->T);
-    // -1 becomes B*T*ranks once the ranks are known (train_data_open)
+    // -1 becomes B*T*ranks once the ranks are known (train_options_resolve_total_batch)
     if (o->total_batch != -1 && (o->total_batch < 1 || o->total_batch % (o->B * o->T)))
         fatal("-d (total batch size) must be a positive multiple of B*T = %d tokens, got %d", o->B * o->T,
               o->total_batch);
@@ -268,5 +268,12 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->memory_trace && *o->memory_trace) output_file_check("--memory-trace", o->memory_trace);
     if (o->trace_path && o->memory_trace && *o->trace_path && !strcmp(o->trace_path, o->memory_trace))
         fatal("--trace and --memory-trace name the same file, %s: give each its own", o->trace_path);
+}
+
+// -d -1 (llm.c's default): a step is one micro-batch on each of the world's ranks
+static inline void train_options_resolve_total_batch(TrainOptions *o, int world) {
+    if (o->total_batch != -1) return;
+    if ((long)o->B * o->T * world > INT32_MAX) fatal("-b * -t * ranks is too large for one step");
+    o->total_batch = o->B * o->T * world;
 }
 #endif // COMMON_TRAIN_OPTIONS_H

@@ -120,6 +120,7 @@ typedef struct {
     BatchStager *stager;
     DataLoader *train;
     int overfit, prefetch, staged;  // staged: the next batch waits in HOST_BATCH_STAGED
+    int for_graph;                  // the batch as a CUDA graph's replays read it (batch_on_device)
     int *inputs, *targets;
 } TrainBatches;
 
@@ -129,23 +130,26 @@ static void train_batches_stage(TrainBatches *b) {
     b->staged = 1;
 }
 
-static void train_batches_init(TrainBatches *b, BatchStager *stager, DataLoader *train, int overfit, int prefetch) {
+static void train_batches_init(TrainBatches *b, BatchStager *stager, DataLoader *train, int overfit, int prefetch,
+                               int for_graph) {
     size_t BT = (size_t)stager->B * stager->T;
     b->stager = stager;
     b->train = train;
     b->overfit = overfit;
     b->prefetch = prefetch;
+    b->for_graph = for_graph;
     b->staged = 0;
     b->inputs = (int *)xmalloc(BT * sizeof(int));
     b->targets = (int *)xmalloc(BT * sizeof(int));
     if (overfit) dataloader_next(train, b->inputs, b->targets);  // the one batch
 }
 
-// The next micro-batch to the device (read now if it was not staged).
-static void train_batches_upload(TrainBatches *b, cudaStream_t s) {
+// The next micro-batch to the device (read now if it was not staged); what the model reads of it
+static DeviceBatch train_batches_upload(TrainBatches *b, cudaStream_t s) {
     if (!b->staged) train_batches_stage(b);
     batch_upload_staged(b->stager, s);
     b->staged = 0;
+    return batch_on_device(b->stager, b->for_graph);
 }
 
 // Reads and stages the next micro-batch now, if prefetching.

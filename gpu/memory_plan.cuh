@@ -98,6 +98,19 @@ static void fp8_weights_resolve(GpuSettings *s, const GPT2Config *c, MemorySetti
     s->fp8_cast = total != SIZE_MAX && copies > total / 50;
 }
 
+// The settings a run trains with, resolved once from those given (checked by
+// gpu_settings_check) for its model and ranks: what the model's shape decides
+// (gpu_settings_for_model), -d -1's tokens a step, and the FP8 weights' choice for the run's
+// planned memory. name: the model, for messages.
+static GpuSettings gpu_settings_resolve(const GpuSettings *given, const GPT2Config *cfg, const char *name, int world) {
+    GpuSettings s = *given;
+    gpu_settings_for_model(&s, cfg, name);
+    s.total_batch_implied = s.o.total_batch == -1;
+    train_options_resolve_total_batch(&s.o, world);
+    fp8_weights_resolve(&s, cfg, gpu_memory_setting(&s, world));
+    return s;
+}
+
 // --max-device-memory, before any GPU work: the plan against the budget (stops naming the
 // settings that fit when it is over)
 static void memory_budget_gate(const PlanInput *in, MemorySetting m, int print) {

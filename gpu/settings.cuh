@@ -40,6 +40,7 @@ typedef struct {
     int fp8_cast;             // FP8's weights cast before each matmul, no copies kept (-1: auto, resolved by
                               // fp8_weights_resolve)
     size_t max_memory_bytes;  // --max-device-memory (0: no budget)
+    int total_batch_implied;  // -d -1, resolved to B*T*ranks (gpu_settings_resolve): a plan's advice names -d
 } GpuSettings;
 
 static void gpu_settings_defaults(GpuSettings *s) {
@@ -290,6 +291,17 @@ static void gpu_settings_for_model(GpuSettings *s, const GPT2Config *cfg, const 
               cfg->channels / cfg->num_heads);
 }
 
+// --generate --kv-cache 0's settings: the model whole on one GPU (whatever -z says), one row
+// of its whole context (maxT) at a time
+static GpuSettings gpu_settings_for_generate(const GpuSettings *given, const GPT2Config *cfg, const char *name) {
+    GpuSettings s = *given;
+    s.zero_stage = 0;
+    s.o.B = 1;
+    s.o.T = cfg->max_seq_len;
+    gpu_settings_for_model(&s, cfg, name);
+    return s;
+}
+
 // The layer slots of the parameters: -z 3's, the one in use and those gathered ahead (0: whole)
 static int gpt2_param_slots(int zero_stage, int prefetch_layers) { return zero_stage == 3 ? 1 + prefetch_layers : 0; }
 
@@ -313,7 +325,7 @@ static MemorySetting gpu_memory_setting(const GpuSettings *s, int world) {
     m.total_batch = o->total_batch == -1 ? (long)o->B * o->T * world : o->total_batch;
     m.T = o->T;
     m.moments_bf16 = s->moments_bf16;
-    m.total_batch_implied = o->total_batch == -1;
+    m.total_batch_implied = o->total_batch == -1 || s->total_batch_implied;
     m.offload = s->offload;
     m.no_zero3 = s->fp8 || s->cuda_graph;
     return m;

@@ -27,6 +27,7 @@ typedef struct {
     BatchStager batch;
     LossScaler scaler;      // S: the backward computes d(S * loss); 1 unless fp16
     int force_overflow;     // test hook (GPT2_TEST_OVERFLOW_STEPS): this step's scaled gradients overflow
+                            // (trainer_step_begin)
     StepGraph micro_graph;  // --cuda-graph 1: forward, loss and backward of a micro-step
     int micro_warm;         // a micro-step has run eagerly (matmul plans, first launches)
     float *info;            // the step's scalars on the device (kernels/common.cuh's INFO_*)
@@ -82,6 +83,9 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// --trace: the phases of the traced steps become spans of trace
+static void trainer_trace_to(GpuTrainer *t, Trace *trace) { t->phases.trace = trace; }
+
 static void trainer_free(GpuTrainer *t) {
     step_graph_free(&t->micro_graph);
     phase_timer_free(&t->phases);
@@ -97,17 +101,20 @@ static void trainer_free(GpuTrainer *t) {
 // The scale S the loss's gradient is computed with (the test hook makes it overflow)
 static float trainer_grad_scale(const GpuTrainer *t) { return t->force_overflow ? INFINITY : t->scaler.scale; }
 
-// Before a step's micro-steps: the gradients (and ZeRO-2's shard of them) and the loss start at zero
-static void trainer_zero_grad(GpuTrainer *t) {
+// Before a step's micro-steps: the gradients (and ZeRO-2's shard of them) and the loss start at
+// zero. force_overflow: the test hook's step, whose scaled gradients overflow.
+static void trainer_step_begin(GpuTrainer *t, int force_overflow) {
+    t->force_overflow = force_overflow;
     gpt2_zero_grad(&t->model);
     optimizer_zero_grad(&t->opt, t->model.stream);
     CUDA_CHECK(cudaMemsetAsync(t->info + INFO_LOSS, 0, sizeof(float), t->model.stream));
 }
 
-// One micro-step over the uploaded batch: forward, the loss (added to info[INFO_LOSS] with
-// loss_scale) and the backward, whose gradients accumulate.
+// One micro-step over a batch of the model's full (B, T) on the device: forward, the loss
+// (added to info[INFO_LOSS] with loss_scale) and the backward, whose gradients accumulate.
 typedef struct {
     GpuTrainer *t;
+    const DeviceBatch *batch;
     int B, T;
     float loss_scale;
 } MicroStep;
@@ -116,26 +123,29 @@ static void micro_step_launches(void *ctx) {
     MicroStep *m = (MicroStep *)ctx;
     GpuTrainer *t = m->t;
     cudaStream_t s = t->model.stream;
-    const DeviceBatch b = batch_on_device(&t->batch, t->s.cuda_graph);
     const GradHooks hooks = dp_grad_hooks(&t->dp);
     t->fp8.f8.record = 1;  // FP8's delayed scaling learns from training micro-steps only
     phase_begin(&t->phases, PHASE_FORWARD, s);
-    gpt2_forward(&t->model, &b, m->B, m->T);
+    gpt2_forward(&t->model, m->batch, m->B, m->T);
     phase_end(&t->phases, PHASE_FORWARD, s);
     phase_begin(&t->phases, PHASE_LOSS, s);
-    gpt2_loss(&t->model, &b, t->info + INFO_LOSS, m->loss_scale, trainer_grad_scale(t), 1, m->B, m->T);
+    gpt2_loss(&t->model, m->batch, t->info + INFO_LOSS, m->loss_scale, trainer_grad_scale(t), 1, m->B, m->T);
     phase_end(&t->phases, PHASE_LOSS, s);
     phase_begin(&t->phases, PHASE_BACKWARD, s);
-    gpt2_backward(&t->model, &b, &hooks);
+    gpt2_backward(&t->model, m->batch, &hooks);
     phase_end(&t->phases, PHASE_BACKWARD, s);
     t->fp8.f8.record = 0;
 }
 
-// With --cuda-graph 1 the launches come from a CUDA graph (kernels/step_graph.cuh), after one
-// eager micro-step has made the matmul plans and the kernels' first-launch setup, which must
-// not happen inside a capture.
-static void trainer_micro_step(GpuTrainer *t, int B, int T, float loss_scale) {
-    MicroStep m = {t, B, T, loss_scale};
+// batch: as batch_on_device gives it (for a graph's replays with --cuda-graph 1); last_micro:
+// the step's last micro-step, after which the ranks reduce (ZeRO-0/1). With --cuda-graph 1
+// the launches come from a CUDA graph (kernels/step_graph.cuh), after one eager micro-step
+// has made the matmul plans and the kernels' first-launch setup, which must not happen inside
+// a capture.
+static void trainer_micro_step(GpuTrainer *t, const DeviceBatch *batch, int last_micro, float loss_scale) {
+    const int B = t->model.B, T = t->model.T;
+    MicroStep m = {t, batch, B, T, loss_scale};
+    t->dp.last_micro = last_micro;
     if (!t->s.cuda_graph || !t->micro_warm) {
         micro_step_launches(&m);
         t->micro_warm = 1;
