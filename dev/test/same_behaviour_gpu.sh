@@ -20,8 +20,11 @@
 #   bf16-moments      --optimizer-state bf16
 #   cuda-graph        --cuda-graph 1
 #   fp8 fp8-delayed   --fp8 1 --fp8-layers all, --fp8-scaling current; the same, delayed
-#   zero1 zero2       2 ranks sharing the GPU (mpirun, --comm mpi), -z 1 / -z 2, -d 4096 (2
-#                     micro-steps a rank)
+#   fp8-auto          --fp8 1 (the layers chosen by timing at start-up: the two binaries may
+#                     choose differently, and the run's first lines say what each chose)
+#   zero1 zero2 zero3 2 ranks sharing the GPU (mpirun, --comm mpi), -z 1 / -z 2 / -z 3, -d 4096
+#                     (2 micro-steps a rank)
+#   zero3-offload2    -z 3 --offload 2 on one rank (the model in host memory)
 #   hellaswag         -h 1 --hellaswag-file $DATA/hellaswag_like.bin (skipped without it)
 #   accum             -r 1 -d 2048 --deterministic 1 (2 micro-steps)
 # Then the timing part: GPT-2 124M at B=64 T=1024 -r 0, 30 steps, old and new alternating for
@@ -42,7 +45,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ME=dev/test/same_behaviour_gpu.sh
-ALL_MODES="bf16 fp16 fp32 r0 r1 r2 r3 offload1 offload2 bf16-moments cuda-graph fp8 fp8-delayed zero1 zero2 hellaswag accum"
+ALL_MODES="bf16 fp16 fp32 r0 r1 r2 r3 offload1 offload2 bf16-moments cuda-graph fp8 fp8-delayed fp8-auto zero1 zero2 zero3 zero3-offload2 hellaswag accum"
 QUICK_MODES="bf16 fp16 fp32 r3 offload2 zero2"
 STEP=20
 
@@ -190,7 +193,7 @@ EOF
     out=$("${base[@]}" OUT="$o" SELF_TEST_BREAK=1 ROUNDS=2 bash "$ME" 2>&1)
     rc=$?
     echo "$out" > "$W/all.txt"
-    if [ $rc = 1 ] && [ "$(tail -1 <<< "$out")" = "12 identical, 3 different, 1 failed, 1 skipped" ]; then
+    if [ $rc = 1 ] && [ "$(tail -1 <<< "$out")" = "15 identical, 3 different, 1 failed, 1 skipped" ]; then
         ok "every mode, the new side broken in 4 modes: exit 1, '$(tail -1 <<< "$out")'"
     else bad "every mode: exit $rc, last line '$(tail -1 <<< "$out")'"; indent <<< "$out"; fi
     has "r2 " "DIFFERENT: state_00000020.bin: first differing byte in AdamW m[" &&
@@ -203,9 +206,9 @@ EOF
     has "skipped: no $W/data/hellaswag_like.bin" && ok "no HellaSwag file: skipped"
     if grep -qE '^bf16 +20 steps +[0-9.]+ +identical$' <<< "$out"; then ok "bf16: 20 steps, final loss, identical"
     else bad "no line 'bf16  20 steps  LOSS  identical'"; fi
-    if [ "$(grep -cE '^[a-z0-9-]+ +\| [0-9.-]+ +\| [0-9.-]+ +\| (yes|NO|failed|skipped)' <<< "$out")" = 17 ]; then
-        ok "the table: 17 rows"
-    else bad "the table does not have 17 rows"; fi
+    if [ "$(grep -cE '^[a-z0-9-]+ +\| [0-9.-]+ +\| [0-9.-]+ +\| (yes|NO|failed|skipped)' <<< "$out")" = 20 ]; then
+        ok "the table: 20 rows"
+    else bad "the table does not have 20 rows"; fi
     if grep -qE '^fp8-delayed +\| [0-9.]+ +\| - +\| failed' <<< "$out"; then ok "table row: fp8-delayed failed"
     else bad "no table row 'fp8-delayed | LOSS | - | failed'"; fi
     if grep -qE '^cuda-graph +\| ([0-9.]+) +\| ([0-9.]+) +\| NO' <<< "$out" &&
@@ -289,9 +292,11 @@ mode_setup() {
     cuda-graph) EXTRA=(--cuda-graph 1) ;;
     fp8) EXTRA=(--fp8 1 --fp8-scaling current --fp8-layers all) ;;
     fp8-delayed) EXTRA=(--fp8 1 --fp8-scaling delayed --fp8-layers all) ;;
+    fp8-auto) EXTRA=(--fp8 1) ;;
+    zero3-offload2) EXTRA=(-z 3 --offload 2) ;;
     # 4096 tokens a step: 2 micro-steps of B*T on each of 2 ranks, so that ZeRO-2 also
     # reduces gradients between micro-steps of one step
-    zero1 | zero2)
+    zero1 | zero2 | zero3)
         RANKS=2 EXTRA=(--comm mpi -z "${1#zero}" -d 4096)
         command -v "${LAUNCHER[0]}" > /dev/null || SKIP="no ${LAUNCHER[0]} for 2 ranks"
         ;;
