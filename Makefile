@@ -87,7 +87,8 @@ KERNELS_H = $(wildcard kernels/*.cuh)
 # the GPU trainer's modules (settings, model, optimizer, ...)
 GPU_H = $(wildcard gpu/*.cuh)
 COMM_CUH = kernels/comm.cuh kernels/common.cuh
-ATTN_CUH = kernels/attention.cuh kernels/attention_sm90.cuh kernels/attention_sm90_ws.cuh kernels/common.cuh
+ATTN_CUH = kernels/attention.cuh kernels/attention_plain.cuh kernels/attention_mma.cuh kernels/attention_sm90.cuh \
+           kernels/attention_sm90_ws.cuh $(MATMUL_CUH)
 MATMUL_CUH = kernels/matmul.cuh kernels/common.cuh
 CBLAS_H = $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h)
 

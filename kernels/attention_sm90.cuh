@@ -4,7 +4,7 @@
 // (FLASH_WGMMA=1: the Makefile's GPU_ARCH=90a, and all); flash_wgmma_runs_here at the end
 // says which.
 //
-// The same algorithm as attention.cuh's mma.sync kernels (FlashAttention-2: online softmax
+// The same algorithm as attention_mma.cuh's mma.sync kernels (FlashAttention-2: online softmax
 // forward keeping the log-sum-exp, backward recomputing P), with each matrix product issued
 // by a warpgroup of 4 warps as one wgmma over 64 rows instead of per-warp 16-row mma.sync:
 // the operands come straight from shared memory (the dk/dv kernel keeps K and V rows in
@@ -27,7 +27,7 @@
 // -Xptxas -v and look for "Potential Performance Loss" (C7514, C7520, C7512) after a change.
 //
 // Shared-memory tiles: a tile is ROWS x 64 bf16/fp16, 128 bytes a row, the 16-byte chunk c of
-// row r stored at chunk c ^ (r & 7): attention.cuh's load_tile layout. With the tile at a
+// row r stored at chunk c ^ (r & 7): attention_mma.cuh's load_tile layout. With the tile at a
 // 1024-byte-aligned address this is exactly wgmma's 128-byte-swizzle canonical layout, in
 // both readings the kernels need:
 //   K-major (the product's k index runs along the row): X Y^T with X, Y row-major [n][64]
@@ -41,6 +41,7 @@
 // the next wgmma (as in the mma.sync kernels).
 #pragma once
 #include <type_traits>
+#include "attention_mma.cuh"  // (load_tile's tiles, the fragment loads, bwd_dot)
 
 #ifndef FLASH_WGMMA
 #define FLASH_WGMMA 0

@@ -3,9 +3,10 @@
 // bulk copy engine (TMA) into a ring of shared-memory stages guarded by mbarriers and gives
 // registers back (setmaxnreg); consumer warpgroups of 64 rows only issue wgmma and run the
 // softmax. Kernels: the forward (head sizes 64 and 128), the backward's dk/dv and dq
-// (head size 64). Included by attention.cuh after attention_sm90.cuh (it reuses its
-// helpers); `forward<HSZ>` and `backward<HSZ>` are the launchers a wgmma GPU takes. Tile
-// shapes and what was measured: docs/performance-notes.md; the variants are test_attention's.
+// (head size 64), built on attention_sm90.cuh's helpers. `forward<HSZ>` and `backward<HSZ>`
+// are the launchers attention.cuh takes on a wgmma GPU. Tile shapes and what was measured:
+// docs/performance-notes.md; the other tile shapes, ping-pong and pipelining settings are
+// test_attention's variants.
 //
 // TMA writes the same 128-byte-swizzled layout load_tile writes (16-byte chunk c of row r
 // at c ^ (r & 7) within each 1024-byte group of 8 rows), so the wgmma descriptors of
@@ -13,6 +14,7 @@
 // (3C columns, T rows, B batches), dout as (C, T, B): rows past T read as zeros, as
 // load_tile's do.
 #pragma once
+#include "attention_sm90.cuh"
 
 #if FLASH_WGMMA && PRECISION != PRECISION_FP32
 

@@ -125,10 +125,10 @@ static double rel_err(const std::vector<float> &got, const std::vector<float> &r
 typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStream_t);
 typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int,
                       int, int, cudaStream_t);
-// tile-shape variants for hs = 64 (the first of each is the default in attention.cuh): with
-// FLASH_WGMMA (a build that includes sm_90a) the wgmma kernels of attention_sm90.cuh first,
-// the NWG of each list, then attention.cuh's mma.sync ones; a GPU that does not run wgmma
-// (flash_wgmma_runs_here) starts each list after them
+// tile-shape variants for hs = 64 (the first of each is the launchers' default): with
+// FLASH_WGMMA (a build that includes sm_90a) the wgmma kernels (attention_sm90.cuh,
+// attention_sm90_ws.cuh) first, the NWG of each list, then attention_mma.cuh's mma.sync
+// ones; a GPU that does not run wgmma (flash_wgmma_runs_here) starts each list after them
 #if FLASH_WGMMA
 enum { NWG_F = 7, NWG_B = 6 };
 #define WG_FWD flash90ws::forward_ws_cfg<2, 64, 2, 2, 104>, flash90ws::forward_ws_cfg<2, 64, 3, 2, 104>, \
@@ -167,7 +167,7 @@ static const char *bwd_names[] = {WG_BWD_NAMES "bwd kv(NW2,BM32,KT2) dq(NW4,BN32
                                   "bwd kv(NW4,BM64,KT1) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW8,BN32,MT2)",
                                   "bwd kv(NW4,BM32,KT2) dq(NW4,BN32,MT2)",
                                   "bwd kv(NW4,BM32,KT2) dq(NW4,BN64,MT1)", "bwd kv(NW2,BM64,KT1) dq(NW4,BN32,MT2)"};
-// the atomic-dq backward's tile shapes (the first is its default in attention.cuh)
+// the atomic-dq backward's tile shapes (the first is its default, attention_mma.cuh's Cfg)
 static const BwdFn abwd_variants[] = {flash::backward_atomic_cfg<64, 2, 32, 2>, flash::backward_atomic_cfg<64, 4, 64, 1>,
                                       flash::backward_atomic_cfg<64, 4, 32, 1>, flash::backward_atomic_cfg<64, 8, 64, 1>,
                                       flash::backward_atomic_cfg<64, 2, 64, 1>};
