@@ -5,7 +5,7 @@
 //   build/test_attention --bench B NH T hs     timing of ours (and the old cuBLAS path), and
 //                                              joules per layer under a sustained load
 #include "common/energy.h"
-#include "kernels/attention.cuh"
+#include "attention_variants.cuh"  // (kernels/attention.cuh, and the kernels only tests run)
 #include <vector>
 #include <string.h>
 #include <time.h>
@@ -127,8 +127,9 @@ typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const 
                       int, int, cudaStream_t);
 // tile-shape variants for hs = 64 (the first of each is the launchers' default): with
 // FLASH_WGMMA (a build that includes sm_90a) the wgmma kernels (attention_sm90.cuh,
-// attention_sm90_ws.cuh) first, the NWG of each list, then attention_mma.cuh's mma.sync
-// ones; a GPU that does not run wgmma (flash_wgmma_runs_here) starts each list after them
+// attention_sm90_ws.cuh, attention_variants.cuh) first, the NWG of each list, then
+// attention_mma.cuh's mma.sync ones; a GPU that does not run wgmma (flash_wgmma_runs_here)
+// starts each list after them
 #if FLASH_WGMMA
 enum { NWG_F = 7, NWG_B = 6 };
 #define WG_FWD flash90ws::forward_ws_cfg<2, 64, 2, 2, 104>, flash90ws::forward_ws_cfg<2, 64, 3, 2, 104>, \
