@@ -48,12 +48,11 @@ static void forward(floatX *out, float *lse, const floatX *qkv, int B, int T, in
     forward_cfg<HS, Cfg<HS>::FWD_NW, Cfg<HS>::FWD_BN, Cfg<HS>::FWD_MT>(out, lse, qkv, B, T, NH, s);
 }
 
-// 1 (default): the deterministic backward; 0: the atomic-dq one (flash_attention_set_deterministic)
-static int g_deterministic = 1;
-
+// deterministic: 1 the deterministic backward (bitwise-reproducible), 0 the atomic-dq one
+// where that is the faster (the mma.sync kernels)
 template <int HS>
 static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
-                     const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
+                     const float *lse, float *scratch, int B, int T, int NH, int deterministic, cudaStream_t s) {
 #if FLASH_WGMMA
     // the wgmma backward is deterministic and faster than the atomic-dq one: both modes take it
     if constexpr (HS == 64 || HS == 128)
@@ -62,7 +61,7 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
 #endif
     using Cf = Cfg<HS>;
     const DeviceCaps *caps = device_caps();
-    if (g_deterministic)
+    if (deterministic)
         backward_cfg<HS, Cf::KV_NW, Cf::KV_BM, Cf::KV_KT, Cf::DQ_NW, Cf::DQ_BN, Cf::DQ_MT>(dqkv, dbias_v, dout, qkv,
                                                                                       out, lse, scratch, B, T, NH, s);
     else if (!caps || dkdv_smem<HS, Cf::AKV_NW, Cf::AKV_BM, Cf::AKV_KT, true>() <= (size_t)caps->smem_optin)
@@ -75,9 +74,6 @@ static void backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const fl
 
 }  // namespace flash
 
-// 1: the deterministic backward (bitwise-reproducible), 0: the atomic-dq backward
-static void flash_attention_set_deterministic(int on) { flash::g_deterministic = on ? 1 : 0; }
-
 static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, int B, int T, int C, int NH,
                                     cudaStream_t s) {
     int hs = C / NH;
@@ -86,33 +82,32 @@ static void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, 
     else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); fatal_exit(); }
 }
 
-// scratch: flash_attention_backward_scratch_elems(B, T, C, NH, deterministic) floats, with the
-// mode last set by flash_attention_set_deterministic. dbias_v (C), if not NULL, gets the
-// column sums of dout added: the gradient of the bias of v (the qkv layer's last third).
+// deterministic: 1 the deterministic backward (bitwise-reproducible), 0 the atomic-dq backward
+// where flash_attention_atomic_dq takes it. scratch: flash_attention_backward_scratch_elems(B,
+// T, C, NH, deterministic) floats, for the same deterministic. dbias_v (C), if not NULL, gets
+// the column sums of dout added: the gradient of the bias of v (the qkv layer's last third).
 static void flash_attention_backward(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv,
                                      const floatX *out, const float *lse, float *scratch, int B, int T, int C, int NH,
-                                     cudaStream_t s) {
+                                     int deterministic, cudaStream_t s) {
     int hs = C / NH;
     if (C / X128::size * BWD_DOT_R > 1024) {
         fprintf(stderr, "error: flash attention backward supports C up to %d, not %d\n", 1024 * X128::size / BWD_DOT_R,
                 C);
         fatal_exit();
     }
-    if (hs == 64) flash::backward<64>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
-    else if (hs == 128) flash::backward<128>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, s);
+    if (hs == 64) flash::backward<64>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, deterministic, s);
+    else if (hs == 128) flash::backward<128>(dqkv, dbias_v, dout, qkv, out, lse, scratch, B, T, NH, deterministic, s);
     else { fprintf(stderr, "error: flash attention supports head size 64 or 128, not %d\n", hs); fatal_exit(); }
 }
 
 #else  // FP32 build: no flash kernels (the tensor-core path is bf16/fp16); use attention_forward/backward
-
-static void flash_attention_set_deterministic(int) {}
 
 static void flash_attention_forward(floatX *, float *, const floatX *, int, int, int, int, cudaStream_t) {
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
     fatal_exit();
 }
 static void flash_attention_backward(floatX *, floatX *, const floatX *, const floatX *, const floatX *, const float *,
-                                     float *, int, int, int, int, cudaStream_t) {
+                                     float *, int, int, int, int, int, cudaStream_t) {
     fprintf(stderr, "error: flash attention is not built for fp32; use the plain attention path\n");
     fatal_exit();
 }
