@@ -87,7 +87,10 @@ KERNELS_H = $(wildcard kernels/*.cuh)
 # the GPU trainer's modules (settings, model, optimizer, ...)
 GPU_H = $(wildcard gpu/*.cuh)
 COMM_CUH = kernels/comm.cuh kernels/common.cuh
-ATTN_CUH = kernels/attention.cuh kernels/attention_sm90.cuh kernels/attention_sm90_ws.cuh kernels/common.cuh
+ATTN_CUH = kernels/attention.cuh kernels/attention_plain.cuh kernels/attention_mma.cuh kernels/attention_sm90.cuh \
+           kernels/attention_sm90_ws.cuh $(MATMUL_CUH)
+# the flash kernels only the tests run
+ATTN_VARIANTS_H = dev/test/attention_variants.cuh
 MATMUL_CUH = kernels/matmul.cuh kernels/common.cuh
 CBLAS_H = $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h)
 
@@ -273,7 +276,7 @@ build/cuda_%/test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/c
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h build/cuda_%/nvcc_flags
+build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) common/energy.h build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
@@ -287,7 +290,7 @@ build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) common/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
+build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) common/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 

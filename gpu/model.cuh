@@ -80,6 +80,7 @@ typedef struct {
     Activations acts;
     size_t act_bytes, scratch_bytes;  // kept for the backward, and scratch
     int B, T, recompute, flash;       // the micro-batch capacity, -r, flash attention
+    int deterministic;                // --deterministic (0: the flash backward may add dq with atomics)
     Fp8Layers *fp8;                   // the linear layers' FP8 state (on 0: none in FP8)
     int num_sms;
     cudaStream_t stream;
@@ -212,6 +213,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     m->T = sh->T;
     m->recompute = sh->recompute;
     m->flash = sh->flash;
+    m->deterministic = sh->deterministic;
     m->fp8 = fp8;
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     int dev;
@@ -229,7 +231,6 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     CUDA_CHECK(cudaMalloc(&m->grads, m->grad_elems * sizeof(floatX)));
     CUDA_CHECK(cudaMemset(m->grads, 0, m->grad_elems * sizeof(floatX)));
     slotted_bind(m, m->grads, m->grad_slots, m->grad, m->grad_slot);
-    if (m->flash) flash_attention_set_deterministic(sh->deterministic);
     ActShape a = gpt2_act_shape(cfg, sh, m->num_sms);
     activations_alloc(&m->acts, &a, &m->act_bytes, &m->scratch_bytes);
     const size_t N = (size_t)m->B * m->T;
@@ -376,7 +377,7 @@ static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
     floatX *dqkvb = grad_at(m, P_QKVB, l);
     if (m->flash)
         flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, b->qkv, b->atty, b->lse, a->flash_scratch, B, T, C,
-                                 NH, s);
+                                 NH, m->deterministic, s);
     else attention_backward(a->dqkv, a->datty, b->qkv, b->att, a->attn_scratch, B, T, C, NH, s);
     linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), a->dln, grad_at(m, P_QKVW, l), m->flash ? NULL : dqkvb, fs,
                     a->dqkv, b->ln1, param_at(m, P_QKVW, l), NULL, N, C, 3 * C, s);

@@ -4,19 +4,20 @@
 // (FLASH_WGMMA=1: the Makefile's GPU_ARCH=90a, and all); flash_wgmma_runs_here at the end
 // says which.
 //
-// The same algorithm as attention.cuh's mma.sync kernels (FlashAttention-2: online softmax
+// The same algorithm as attention_mma.cuh's mma.sync kernels (FlashAttention-2: online softmax
 // forward keeping the log-sum-exp, backward recomputing P), with each matrix product issued
 // by a warpgroup of 4 warps as one wgmma over 64 rows instead of per-warp 16-row mma.sync:
 // the operands come straight from shared memory (the dk/dv kernel keeps K and V rows in
 // registers at head size 64, read once with ldmatrix), the accumulators stay in registers,
-// and P / dS feed the next product from registers. Kernels: forward (fwd_kernel, head size
-// 64; fwd_pipe_kernel, both), backward as dq (bwd_dq_kernel) and dk, dv (bwd_dkdv_kernel),
-// deterministic. The *pipe* forward and both backward kernels are software-pipelined within
+// and P / dS feed the next product from registers. Kernels: the backward as dq
+// (bwd_dq_kernel) and dk, dv (bwd_dkdv_kernel), deterministic, both software-pipelined within
 // the warpgroup (FlashAttention-3's intra-warpgroup overlap): the next block's scores are
 // issued before the softmax of this one, so that one waits for the other's products only.
 // attention_sm90_ws.cuh builds warp-specialised kernels on these helpers: its forward is the
 // default at both head sizes and its dk/dv kernel at 64 (with this file's dq kernel below
-// T = 4096); this file's kernels serve head size 128's backward and the variants.
+// T = 4096); this file's kernels serve head size 128's backward. The forwards built on these
+// helpers alone (fwd_kernel; fwd_pipe_kernel, pipelined as the backward) lost to the
+// warp-specialised one and are the tests' variants now: dev/test/attention_variants.cuh.
 // Tile shapes and what was measured: docs/performance-notes.md.
 //
 // wgmma under a branch: ptxas serialises every wgmma of a kernel (waits after each) where a
@@ -27,7 +28,7 @@
 // -Xptxas -v and look for "Potential Performance Loss" (C7514, C7520, C7512) after a change.
 //
 // Shared-memory tiles: a tile is ROWS x 64 bf16/fp16, 128 bytes a row, the 16-byte chunk c of
-// row r stored at chunk c ^ (r & 7): attention.cuh's load_tile layout. With the tile at a
+// row r stored at chunk c ^ (r & 7): attention_mma.cuh's load_tile layout. With the tile at a
 // 1024-byte-aligned address this is exactly wgmma's 128-byte-swizzle canonical layout, in
 // both readings the kernels need:
 //   K-major (the product's k index runs along the row): X Y^T with X, Y row-major [n][64]
@@ -41,6 +42,7 @@
 // the next wgmma (as in the mma.sync kernels).
 #pragma once
 #include <type_traits>
+#include "attention_mma.cuh"  // (load_tile's tiles, the fragment loads, bwd_dot)
 
 #ifndef FLASH_WGMMA
 #define FLASH_WGMMA 0
@@ -241,79 +243,6 @@ __device__ __forceinline__ void write_out(floatX *out, float *lse, const float (
 #endif  // FLASH90_DEVICE_CODE
 
 // ---------------------------------------------------------------------------------------
-// forward: one block = NWG warpgroups x 64 query rows of one head; key blocks of BN, K and V
-// double-buffered (cp.async, all threads), S = Q K^T and O += P V as wgmma
-template <int NWG, int BN, int MINB>
-__global__ void __launch_bounds__(NWG * 128, MINB) fwd_kernel(floatX *out, float *lse, const floatX *qkv, int T, int NH,
-                                                       float scale_log2) {
-#if FLASH90_DEVICE_CODE
-    constexpr int BM = 64 * NWG, NT = NWG * 128;
-    floatX *sQ = smem_base();
-    floatX *sK = sQ + BM * HS;      // 2 buffers
-    floatX *sV = sK + 2 * BN * HS;  // 2 buffers
-    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31;
-    const int g = lane >> 2, tq = lane & 3;
-    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HS, *kb = qb + C, *vb = qb + 2 * C;
-    const int q0 = mb * BM, wq0 = q0 + wg * 64;  // this warpgroup's rows wq0 .. wq0 + 63
-    const int row_lo = wq0 + w * 16 + g;         // this thread's rows row_lo, row_lo + 8
-    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
-
-    load_tile<BM, HS, NT>(sQ, qb, q0, 3 * C, T);
-    load_tile<BN, HS, NT>(sK, kb, 0, 3 * C, T);
-    load_tile<BN, HS, NT>(sV, vb, 0, 3 * C, T);
-    cp_async_commit();
-
-    float o_[1][32], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};  // (one 64-column half)
-    float(&o)[32] = o_[0];
-    zero(o);
-    // Q stays an all-shared operand here: with Q as a register A operand (as K and V are in the
-    // dk/dv kernel) this kernel gave wrong results from the second key block on, for a 1.5%
-    // gain (cause not found: docs/performance-notes.md, "Unexplained failures")
-    const floatX *myQ = sQ + wg * 64 * HS;
-    for (int n = 0; n < nblocks; n++) {
-        const int buf = n & 1;
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();  // block n landed; every warpgroup is done with block n - 1's buffer
-        if (n + 1 < nblocks) {
-            load_tile<BN, HS, NT>(sK + (buf ^ 1) * BN * HS, kb, (n + 1) * BN, 3 * C, T);
-            load_tile<BN, HS, NT>(sV + (buf ^ 1) * BN * HS, vb, (n + 1) * BN, 3 * C, T);
-            cp_async_commit();
-        }
-        const int k0 = n * BN;
-        if (k0 > wq0 + 63) continue;  // every key of the block is after every row of this warpgroup
-        const floatX *cK = sK + buf * BN * HS, *cV = sV + buf * BN * HS;
-        float s[BN / 2];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) mma_ss<BN>(s, desc_k(myQ, kk), desc_k(cK, kk), kk);
-        wg_commit();
-        wg_wait();
-        wg_fence_regs(s);
-        mask_causal<BN>(s, k0, wq0, row_lo, tq);
-        float alpha[2];
-        online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
-#pragma unroll
-        for (int i = 0; i < 32; i++) o[i] *= alpha[(i >> 1) & 1];
-        uint32_t pa[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s, kk);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o, pa[kk], desc_mn(cV, kk));
-        wg_commit();
-        wg_wait();
-        wg_fence_regs(o);
-    }
-    write_out<HS>(out, lse, o_, mrow, lrow, b, h, bh, row_lo, tq, T, C);
-#else
-    __trap();
-#endif
-}
-
-// ---------------------------------------------------------------------------------------
 // tiles of head size 128: two 64-column halves, each a ROWS x 64 tile of the layout above
 // (half j at s + j * ROWS * 64), so that every wgmma operand stays one 128-byte swizzle span
 // wide. HSZ = 64: one half, load_tile's layout.
@@ -329,106 +258,6 @@ __device__ __forceinline__ void load_halves(floatX *s, const floatX *g, int row0
     }
 }
 #endif
-
-// ---------------------------------------------------------------------------------------
-// forward, software-pipelined within the warpgroup: step n issues S_n = Q K_n^T and then
-// O += P_{n-1} V_{n-1}, waits for S_n alone and runs block n's mask and softmax while the
-// P V product is still on the tensor cores; O takes block n's rescale once that product is
-// done. K runs one block ahead of V: step n loads K_{n+1} and V_n (double-buffered each).
-// P_{n-1} stays packed in registers the in-flight product reads, so block n's P is packed
-// only after the wait. Head size HSZ 64 or 128 (tiles in halves: load_halves).
-template <int HSZ, int NWG, int BN, int MINB>
-__global__ void __launch_bounds__(NWG * 128, MINB) fwd_pipe_kernel(floatX *out, float *lse, const floatX *qkv, int T,
-                                                                  int NH, float scale_log2) {
-#if FLASH90_DEVICE_CODE
-    constexpr int BM = 64 * NWG, NT = NWG * 128, NH_ = HSZ / 64;
-    floatX *sQ = smem_base();
-    floatX *sK = sQ + BM * HSZ;      // 2 buffers
-    floatX *sV = sK + 2 * BN * HSZ;  // 2 buffers
-    const int tid = threadIdx.x, wg = warpgroup_index(), w = (tid / 32) % 4, lane = tid & 31;
-    const int g = lane >> 2, tq = lane & 3;
-    const int mb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HSZ;
-    const floatX *qb = qkv + (size_t)b * T * 3 * C + h * HSZ, *kb = qb + C, *vb = qb + 2 * C;
-    const int q0 = mb * BM, wq0 = q0 + wg * 64;
-    const int row_lo = wq0 + w * 16 + g;
-    const int nblocks = min((q0 + BM + BN - 1) / BN, (T + BN - 1) / BN);
-
-    load_halves<BM, HSZ, NT>(sQ, qb, q0, 3 * C, T);
-    load_halves<BN, HSZ, NT>(sK, kb, 0, 3 * C, T);
-    cp_async_commit();
-
-    float o[NH_][32], s[BN / 2], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}, alpha[2];
-    uint32_t pa[BN / 16][4];
-#pragma unroll
-    for (int hf = 0; hf < NH_; hf++) zero(o[hf]);
-    const floatX *myQ = sQ + wg * 64 * HS;  // (within each half)
-    // step n: K_n and V_{n-1} landed; every warpgroup is done with K_{n-1} and V_{n-2}; K_{n+1}
-    // and V_n start loading
-    auto step_sync = [&](int n) {
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-        if (n + 1 < nblocks) load_halves<BN, HSZ, NT>(sK + ((n + 1) & 1) * BN * HSZ, kb, (n + 1) * BN, 3 * C, T);
-        if (n < nblocks) load_halves<BN, HSZ, NT>(sV + (n & 1) * BN * HSZ, vb, n * BN, 3 * C, T);
-        cp_async_commit();
-    };
-    auto issue_s = [&](int n) {
-        const floatX *cK = sK + (n & 1) * BN * HSZ;
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < HSZ / 16; kk++)
-            mma_ss<BN>(s, desc_k(myQ + (kk / 4) * BM * HS, kk % 4), desc_k(cK + (kk / 4) * BN * HS, kk % 4), kk);
-        wg_commit();
-    };
-    auto issue_pv = [&](int n) {  // O += P_n V_n
-        const floatX *cV = sV + (n & 1) * BN * HSZ;
-        wg_fence();
-#pragma unroll
-        for (int hf = 0; hf < NH_; hf++)
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) mma_rs_mn(o[hf], pa[kk], desc_mn(cV + hf * BN * HS, kk));
-        wg_commit();
-    };
-    // Every warpgroup walks every key block of the block's rows: a warpgroup's blocks after
-    // its last row come out all masked (P = 0). Skipping them would put the products under a
-    // branch, and ptxas then serialises every wgmma of the kernel.
-    step_sync(0);
-    issue_s(0);
-    wg_wait();
-    wg_fence_regs(s);
-    mask_causal<BN>(s, 0, wq0, row_lo, tq);
-    online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s, kk);
-    for (int n = 1; n < nblocks; n++) {
-        step_sync(n);
-        issue_s(n);
-        issue_pv(n - 1);
-        wg_wait_n<1>();
-        wg_fence_regs(s);
-        mask_causal<BN>(s, n * BN, wq0, row_lo, tq);
-        online_softmax<BN>(s, mrow, lrow, alpha, scale_log2);
-        wg_wait();
-#pragma unroll
-        for (int hf = 0; hf < NH_; hf++) {
-            wg_fence_regs(o[hf]);
-#pragma unroll
-            for (int i = 0; i < 32; i++) o[hf][i] *= alpha[(i >> 1) & 1];
-        }
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s, kk);
-    }
-    step_sync(nblocks);
-    issue_pv(nblocks - 1);
-    wg_wait();
-#pragma unroll
-    for (int hf = 0; hf < NH_; hf++) wg_fence_regs(o[hf]);
-    write_out<HSZ>(out, lse, o, mrow, lrow, b, h, bh, row_lo, tq, T, C);
-#else
-    __trap();
-#endif
-}
 
 // ---------------------------------------------------------------------------------------
 // the dq kernels' pieces. dq_rows: this thread's rows' log-sum-exp (log2 units) and D;
@@ -476,7 +305,7 @@ __device__ __forceinline__ void write_dq(floatX *dqkv, const float (&dq)[HSZ / 6
 #endif
 
 // ---------------------------------------------------------------------------------------
-// backward, dq (deterministic), software-pipelined as fwd_pipe_kernel: one block = NWG
+// backward, dq (deterministic), software-pipelined: one block = NWG
 // warpgroups x 64 query rows, walking the key blocks of 64 up to the diagonal in order.
 // Step n issues S_n = Q K_n^T and dP_n = dO V_n^T, then dQ += dS_{n-1} K_{n-1}; waits for
 // the first two alone and forms dS_n while the dQ product runs. K is triple-buffered
@@ -546,7 +375,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dq_kernel(floatX *dqkv, c
     };
     // dS_n = P (dP - D) into s; the causal mask only in blocks the diagonal crosses
     auto form_ds_n = [&](int n) { form_ds(s, dp, lrow, drow, n * BN, wq0, row_lo, tq, scale_log2); };
-    // every warpgroup walks every key block (see fwd_pipe_kernel)
+    // every warpgroup walks every key block (see wgmma under a branch, this file's header)
     step_sync(0);
     issue_sdp(0);
     wg_wait();
@@ -641,7 +470,7 @@ __device__ __forceinline__ void write_dkdv(floatX *dqkv, const float (&dk)[HSZ /
 #endif
 
 // ---------------------------------------------------------------------------------------
-// backward, dk and dv, software-pipelined as fwd_pipe_kernel: one block = NWG warpgroups x 64
+// backward, dk and dv, software-pipelined as bwd_dq_kernel: one block = NWG warpgroups x 64
 // keys of one head, walking the query blocks of 64 from the diagonal to the end in order.
 // Computed transposed, keys as rows, so that P^T and dS^T are accumulators and feed
 // dV += P^T dO and dK += dS^T Q from registers. Step m issues S^T_m and dP^T_m,
@@ -755,7 +584,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) bwd_dkdv_kernel(floatX *dqkv,
             acc_to_a(da[kk], dpt, kk);
         }
     };
-    // every warpgroup walks every query block from mstart (see fwd_pipe_kernel)
+    // every warpgroup walks every query block from mstart (see wgmma under a branch, above)
     step_sync(mstart);
     issue_sdp(mstart);
     wg_wait();
@@ -800,31 +629,9 @@ static void set_smem(K kern, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// MINB: blocks per SM the registers are budgeted for (__launch_bounds__)
-template <int NWG, int BN, int MINB>
-static void forward_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    constexpr int BM = 64 * NWG;
-    size_t smem = (size_t)(BM + 4 * BN) * HS * sizeof(floatX) + SMEM_SLACK;
-    auto kern = fwd_kernel<NWG, BN, MINB>;
-    set_smem(kern, smem);
-    dim3 grid(ceil_div(T, BM), B * NH);
-    kern<<<grid, NWG * 128, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HS));
-    LAUNCH_CHECK();
-}
-
-template <int NWG, int BN, int MINB, int HSZ = 64>
-static void forward_pipe_cfg(floatX *out, float *lse, const floatX *qkv, int B, int T, int NH, cudaStream_t s) {
-    constexpr int BM = 64 * NWG;
-    size_t smem = (size_t)(BM + 4 * BN) * HSZ * sizeof(floatX) + SMEM_SLACK;
-    auto kern = fwd_pipe_kernel<HSZ, NWG, BN, MINB>;
-    set_smem(kern, smem);
-    dim3 grid(ceil_div(T, BM), B * NH);
-    kern<<<grid, NWG * 128, smem, s>>>(out, lse, qkv, T, NH, 1.4426950408889634f / sqrtf((float)HSZ));
-    LAUNCH_CHECK();
-}
-
 // backward: D = rowsum(dout * out), then the dq kernel and the dk/dv kernel (each writes its
-// part of dqkv); deterministic, and the fastest here in either --deterministic mode
+// part of dqkv); deterministic, and the fastest here in either --deterministic mode. *_MINB:
+// blocks per SM the registers are budgeted for (__launch_bounds__)
 template <int HSZ, int DQ_NWG, int DQ_MINB, int KV_NWG, int KV_MINB>
 static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, const floatX *qkv, const floatX *out,
                          const float *lse, float *scratch, int B, int T, int NH, cudaStream_t s) {
@@ -850,6 +657,12 @@ static void backward_cfg(floatX *dqkv, floatX *dbias_v, const floatX *dout, cons
     }
 }
 
+// flash_wgmma_runs_here's question, which machine code of this build the runtime loaded for
+// the GPU, is one any kernel of the build answers (a program's kernels are loaded together
+// from one of its images): this one, empty and never launched, answers it so that no flash
+// kernel has to be built into the program only to be asked.
+__global__ void probe_kernel() {}
+
 }  // namespace flash90
 
 #undef WG_TYPES
@@ -867,7 +680,7 @@ static bool flash_wgmma_runs_here(void) {
         bool yes = false;
         if (caps->cc == 90) {
             cudaFuncAttributes fa;
-            const cudaError_t e = cudaFuncGetAttributes(&fa, flash90::fwd_kernel<2, 64, 2>);
+            const cudaError_t e = cudaFuncGetAttributes(&fa, flash90::probe_kernel);
             if (e != cudaSuccess) (void)cudaGetLastError();  // (not an error of the next launch)
             yes = e == cudaSuccess && fa.binaryVersion == 90 && fa.ptxVersion >= 90;
         }

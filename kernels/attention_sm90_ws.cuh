@@ -3,9 +3,10 @@
 // bulk copy engine (TMA) into a ring of shared-memory stages guarded by mbarriers and gives
 // registers back (setmaxnreg); consumer warpgroups of 64 rows only issue wgmma and run the
 // softmax. Kernels: the forward (head sizes 64 and 128), the backward's dk/dv and dq
-// (head size 64). Included by attention.cuh after attention_sm90.cuh (it reuses its
-// helpers); `forward<HSZ>` and `backward<HSZ>` are the launchers a wgmma GPU takes. Tile
-// shapes and what was measured: docs/performance-notes.md; the variants are test_attention's.
+// (head size 64), built on attention_sm90.cuh's helpers. `forward<HSZ>` and `backward<HSZ>`
+// are the launchers attention.cuh takes on a wgmma GPU. Tile shapes and what was measured:
+// docs/performance-notes.md; the other tile shapes, ping-pong and pipelining settings are
+// test_attention's variants.
 //
 // TMA writes the same 128-byte-swizzled layout load_tile writes (16-byte chunk c of row r
 // at c ^ (r & 7) within each 1024-byte group of 8 rows), so the wgmma descriptors of
@@ -13,6 +14,7 @@
 // (3C columns, T rows, B batches), dout as (C, T, B): rows past T read as zeros, as
 // load_tile's do.
 #pragma once
+#include "attention_sm90.cuh"
 
 #if FLASH_WGMMA && PRECISION != PRECISION_FP32
 
@@ -81,7 +83,7 @@ __host__ __device__ constexpr bool regs_fit(int NC, int MINB, int CREGS) {
 // down to a multiple of 8 (NC 2: R 80 -> 104, R 168 -> 240; NC 3: R 128 -> 160).
 // PP (NC = 2): ping-pong, the two consumers take turns issuing their products (named
 // barriers 1 and 2), so that one's softmax runs while the other's products do. PIPE: the
-// consumers pipelined as fwd_pipe_kernel (block n's S issued with block n-1's P V; a stage
+// consumers software-pipelined (block n's S issued with block n-1's P V; a stage
 // is released after its P V, so PIPE wants STAGES >= 3 to keep a load in flight).
 template <int HSZ, int NC, int BN, int STAGES, int MINB, int CREGS, bool PP = false, bool PIPE = false>
 __global__ void __launch_bounds__((NC + 1) * 128, MINB)
@@ -361,7 +363,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             acc_to_a(da[kk], dpt, kk);
         }
     };
-    // every consumer walks every query block from mstart (see fwd_pipe_kernel)
+    // every consumer walks every query block from mstart (see attention_sm90.cuh's header)
     mbar_wait(q_full, 0);
     issue_sdp(0);
     wg_wait();
@@ -472,7 +474,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, MINB)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) acc_to_a(da[kk], s, kk);
     };
-    // every consumer walks every key block of the block (see fwd_pipe_kernel)
+    // every consumer walks every key block of the block (see attention_sm90.cuh's header)
     mbar_wait(q_full, 0);
     mbar_wait(kv_full, 0);
     issue_sdp(0);

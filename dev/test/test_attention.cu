@@ -5,7 +5,7 @@
 //   build/test_attention --bench B NH T hs     timing of ours (and the old cuBLAS path), and
 //                                              joules per layer under a sustained load
 #include "common/energy.h"
-#include "kernels/attention.cuh"
+#include "attention_variants.cuh"  // (kernels/attention.cuh, and the kernels only tests run)
 #include <vector>
 #include <string.h>
 #include <time.h>
@@ -125,10 +125,11 @@ static double rel_err(const std::vector<float> &got, const std::vector<float> &r
 typedef void (*FwdFn)(floatX *, float *, const floatX *, int, int, int, cudaStream_t);
 typedef void (*BwdFn)(floatX *, floatX *, const floatX *, const floatX *, const floatX *, const float *, float *, int,
                       int, int, cudaStream_t);
-// tile-shape variants for hs = 64 (the first of each is the default in attention.cuh): with
-// FLASH_WGMMA (a build that includes sm_90a) the wgmma kernels of attention_sm90.cuh first,
-// the NWG of each list, then attention.cuh's mma.sync ones; a GPU that does not run wgmma
-// (flash_wgmma_runs_here) starts each list after them
+// tile-shape variants for hs = 64 (the first of each is the launchers' default): with
+// FLASH_WGMMA (a build that includes sm_90a) the wgmma kernels (attention_sm90.cuh,
+// attention_sm90_ws.cuh, attention_variants.cuh) first, the NWG of each list, then
+// attention_mma.cuh's mma.sync ones; a GPU that does not run wgmma (flash_wgmma_runs_here)
+// starts each list after them
 #if FLASH_WGMMA
 enum { NWG_F = 7, NWG_B = 6 };
 #define WG_FWD flash90ws::forward_ws_cfg<2, 64, 2, 2, 104>, flash90ws::forward_ws_cfg<2, 64, 3, 2, 104>, \
@@ -167,7 +168,7 @@ static const char *bwd_names[] = {WG_BWD_NAMES "bwd kv(NW2,BM32,KT2) dq(NW4,BN32
                                   "bwd kv(NW4,BM64,KT1) dq(NW4,BN32,MT2)", "bwd kv(NW4,BM64,KT1) dq(NW8,BN32,MT2)",
                                   "bwd kv(NW4,BM32,KT2) dq(NW4,BN32,MT2)",
                                   "bwd kv(NW4,BM32,KT2) dq(NW4,BN64,MT1)", "bwd kv(NW2,BM64,KT1) dq(NW4,BN32,MT2)"};
-// the atomic-dq backward's tile shapes (the first is its default in attention.cuh)
+// the atomic-dq backward's tile shapes (the first is its default, attention_mma.cuh's Cfg)
 static const BwdFn abwd_variants[] = {flash::backward_atomic_cfg<64, 2, 32, 2>, flash::backward_atomic_cfg<64, 4, 64, 1>,
                                       flash::backward_atomic_cfg<64, 4, 32, 1>, flash::backward_atomic_cfg<64, 8, 64, 1>,
                                       flash::backward_atomic_cfg<64, 2, 64, 1>};
@@ -216,10 +217,11 @@ static void do_fwd(floatX *out, float *lse, const floatX *qkv, int B, int T, int
     if (g_fwd) g_fwd(out, lse, qkv, B, T, NH, 0);
     else flash_attention_forward(out, lse, qkv, B, T, C, NH, 0);
 }
+// deterministic: the public launcher's mode (a variant is one backward, whatever it is)
 static void do_bwd(floatX *dqkv, floatX *dbv, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
-                   float *scr, int B, int T, int C, int NH) {
+                   float *scr, int B, int T, int C, int NH, int deterministic) {
     if (g_bwd) g_bwd(dqkv, dbv, dout, qkv, out, lse, scr, B, T, NH, 0);
-    else flash_attention_backward(dqkv, dbv, dout, qkv, out, lse, scr, B, T, C, NH, 0);
+    else flash_attention_backward(dqkv, dbv, dout, qkv, out, lse, scr, B, T, C, NH, deterministic, 0);
 }
 
 static int passed = 0, failed = 0;
@@ -233,7 +235,8 @@ static void check(const char *what, double err, double tol) {
 // where the launchers would not take them (a 9.0 GPU's wgmma backward needs no dq_acc)
 static size_t scratch_elems_any(int B, int T, int C, int NH) { return flash_backward_scratch_elems_for(B, T, C, NH, 1); }
 
-// atomic: the backward under test is the atomic-dq one (dq's bits may differ between runs)
+// atomic: the backward under test is the atomic-dq one, the public launcher's deterministic 0
+// (dq's bits may differ between runs)
 static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     int C = NH * hs;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
@@ -277,9 +280,9 @@ static void run_case(int B, int NH, int T, int hs, uint64_t seed, bool atomic) {
     ref_keys_kernel<<<ceil_div(nrow, 128), 128>>>(rdk, rdv, rlse, rD, qkv, dout, B, T, NH, hs);
     LAUNCH_CHECK();
     do_fwd(out, lse, qkv, B, T, C, NH);
-    do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH);
+    do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH, !atomic);
     CUDA_CHECK(cudaMemset(scratch, 0xFF, nscr * sizeof(float)));
-    do_bwd(dqkv2, dbv2, dout, qkv, out, lse, scratch, B, T, C, NH);
+    do_bwd(dqkv2, dbv2, dout, qkv, out, lse, scratch, B, T, C, NH, !atomic);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<float> o = to_host_f(out, nout), ro = to_host(rout, nout);
@@ -383,7 +386,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         g_fwd = v < nf && nf > 1 ? fl[v] : NULL;
         g_bwd = v < nb && nb > 1 ? bl[v] : NULL;
         ms_f = time_ms([&] { do_fwd(out, lse, qkv, B, T, C, NH); }, e0, e1);
-        ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
+        ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH, 1); }, e0, e1);
         if (nf > 1 || nb > 1)
             printf("VARIANT %d [%s | %s] fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", v,
                    v < nf ? fnames[v] : "-", v < nb ? bnames[v] : "-", ms_f, flops_f / ms_f * 1e-9,
@@ -410,7 +413,7 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         CUDA_CHECK(cudaEventRecord(e0));
         for (int r = 0; r < reps; r++) {
             do_fwd(out, lse, qkv, B, T, C, NH);
-            do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH);
+            do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH, 1);
         }
         CUDA_CHECK(cudaEventRecord(e1));
         CUDA_CHECK(cudaEventSynchronize(e1));
@@ -425,17 +428,15 @@ static void bench(int B, int NH, int T, int hs, int variants) {
     {  // --deterministic 0 through the public launcher (the atomic-dq backward where it is the
        // faster one), then the atomic-dq tile variants
         int na = (hs == 64 && variants) ? NAV : 0;
-        flash_attention_set_deterministic(0);
         for (int v = -1; v < na; v++) {
             g_bwd = v >= 0 ? abwd_variants[v] : NULL;
-            ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH); }, e0, e1);
+            ms_b = time_ms([&] { do_bwd(dqkv, dbv, dout, qkv, out, lse, scratch, B, T, C, NH, 0); }, e0, e1);
             if (v >= 0) printf("VARIANT a%d [%s] bwd_ms %.4f bwd_tflops %.1f\n", v, abwd_names[v], ms_b, flops_b / ms_b * 1e-9);
             else
                 printf("BENCH ours_atomic B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n",
                        B, NH, T, hs, ms_f0, flops_f / ms_f0 * 1e-9, ms_b, flops_b / ms_b * 1e-9);
         }
         g_bwd = NULL;
-        flash_attention_set_deterministic(1);
     }
     if (variants) {  // the old cuBLAS path at this shape, for reference
         matmul_init(0);
@@ -468,10 +469,8 @@ int main(int argc, char **argv) {
                              {3, 2, 17, 64},    {1, 3, 1000, 128}, {2, 2, 129, 64}};
     const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
     for (int i = 0; i < nshapes; i++) run_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], seed + i, false);
-    flash_attention_set_deterministic(0);
     for (int i = 0; i < nshapes; i++)
         run_case(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], seed + 50 + i, true);
-    flash_attention_set_deterministic(1);
     // the other tile shapes (benchmarked with --bench ... 1) at two shapes
     for (int v = 1; v < NFV || v < NBV; v++) {
         g_fwd = fwd_variants[FV0 + (v < NFV ? v : 0)];
