@@ -15,7 +15,7 @@
 // matmuls share the trainer's buffers and the L2.
 // 2. The whole layer through the trainer's own functions, which is what a step pays: fp8_linear_forward +
 // fp8_linear_backward (current scaling, and delayed scaling once it has a history) against matmul_forward +
-// matmul_backward, with the layer's bias, GELU and bias gradient as the trainer's model passes them (gpu/model.cuh); ms, J, their
+// matmul_backward, with the layer's bias, GELU and bias gradient as the trainer wires them (gpu/linear.cuh); ms, J, their
 // ratios and the three outputs' errors. The weights' casts (once per update) are left out and listed last.
 // Then the step's totals of both. GPU only: the bf16 build on a GPU of compute capability 9.0 (elsewhere it says
 // so and exits 77). The energy loops take most of its time: under a minute at the default size.
@@ -219,7 +219,7 @@ static void fp8_call(const Layer *l, int site, int call, floatX *D, Split sp) {
 // output go to buffers the two runs share: nothing compares them)
 typedef struct { floatX *out, *dinp, *dweight; } LayerOut;
 
-// The layer's forward and backward in bf16, as gpu/fp8_layers.cuh's linear_forward/backward call them where a
+// The layer's forward and backward in bf16, as gpu/linear.cuh's linear_forward/backward call them where a
 // layer is not in FP8 (GELU and dGELU fused into the matmuls' epilogues where cuBLASLt offers them)
 static void bf16_layer(const Layer *l, const LayerOut *o) {
     matmul_forward(o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, l->cin, l->oc, 0);

@@ -153,8 +153,9 @@ static int fp8_kinds_list(const char *list) {
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
         int k = 0;
-        while (k < FP8_KINDS && (strlen(FP8_KIND_NAMES[k]) != len || strncmp(p, FP8_KIND_NAMES[k], len) != 0)) k++;
-        if (k == FP8_KINDS) return 0;
+        while (k < LINEAR_KINDS && (strlen(LINEAR_KIND_NAMES[k]) != len || strncmp(p, LINEAR_KIND_NAMES[k], len) != 0))
+            k++;
+        if (k == LINEAR_KINDS) return 0;
         mask |= 1 << k;
         p += len;
         if (*p == ',' && *++p == 0) return 0;  // a trailing comma
