@@ -97,20 +97,21 @@ static floatX *linear_buffer(const Activations *a, const BlockActs *b, int id) {
 
 // A linear layer's forward and backward (kernels/matmul.cuh's arguments), in FP8 where its
 // site is (site >= 0, of the FP8 state f8) and the shape allows, else in the build's precision
-static void linear_forward(Fp8Linear *f8, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
-                           const floatX *weight, const floatX *bias, int N, int C, int OC, cudaStream_t s) {
+static void linear_forward(MatmulModes *modes, Fp8Linear *f8, int site, floatX *out, floatX *pre_gelu,
+                           const floatX *inp, const floatX *weight, const floatX *bias, int N, int C, int OC,
+                           cudaStream_t s) {
     if (site >= 0 && fp8_linear_fits(f8, site, N))
-        fp8_linear_forward(f8, site, out, pre_gelu, inp, weight, bias, N, s);
+        fp8_linear_forward(f8, modes, site, out, pre_gelu, inp, weight, bias, N, s);
     else
-        matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, s);
+        matmul_forward(modes, out, pre_gelu, inp, weight, bias, N, C, OC, s);
 }
 
-static void linear_backward(Fp8Linear *f8, int site, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
-                            const floatX *dout, const floatX *inp, const floatX *weight, const floatX *pre_gelu, int N,
-                            int C, int OC, cudaStream_t s) {
+static void linear_backward(MatmulModes *modes, Fp8Linear *f8, int site, floatX *dinp, floatX *dweight,
+                            floatX *dbias, float *scratch, const floatX *dout, const floatX *inp,
+                            const floatX *weight, const floatX *pre_gelu, int N, int C, int OC, cudaStream_t s) {
     if (site >= 0 && fp8_linear_fits(f8, site, N)) {
-        fp8_linear_backward(f8, site, dinp, dweight, dbias, scratch, dout, weight, inp, pre_gelu, N, s);
+        fp8_linear_backward(f8, modes, site, dinp, dweight, dbias, scratch, dout, weight, inp, pre_gelu, N, s);
     } else {
-        matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, s);
+        matmul_backward(modes, dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, s);
     }
 }

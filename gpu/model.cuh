@@ -7,7 +7,9 @@
 // data-parallel reduction empties a slot while the layer below fills the other). The model reads its
 // micro-batch from the device (DeviceBatch, filled by gpu/batch.cuh) and tells whoever consumes its gradients when a
 // layer's may be written and when they are final (GradHooks: gpu/data_parallel.cuh). Its
-// linear layers run as gpu/linear.cuh's table wires them (gpt2_linear_forward / _backward).
+// linear layers run as gpu/linear.cuh's table wires them (gpt2_linear_forward / _backward),
+// with the model's matmul modes (GELU fusion, tuning: MatmulModes), which every matmul of
+// the model reads and the trainer sets.
 #pragma once
 #include "../common/checkpoint.h"
 #include "../kernels/common.cuh"
@@ -50,8 +52,8 @@ typedef struct {
 #define MODEL_MAX_SLOTS 3
 
 // What a model is built for, beyond its configuration: the micro-batch capacity (B, T), what
-// its activations keep (-r), its attention, and how its parameters and gradients are held
-// (whole, or in layer slots that their owner fills or empties)
+// its activations keep (-r), its attention, how its parameters and gradients are held
+// (whole, or in layer slots that their owner fills or empties), and its GELU's fusion
 typedef struct {
     int B, T;
     int recompute;      // 0 none, 1 GELU, 2 GELU and layernorms, 3 the whole block
@@ -59,6 +61,7 @@ typedef struct {
     int deterministic;  // every kernel sums in a fixed order
     int param_slots;    // -z 3: the layer slots of the parameters (0: every tensor whole)
     int grad_slots;     // ZeRO-2 and -3 over several ranks: 2 layer slots of gradients (0: whole)
+    int fuse_gelu;      // GELU in the matmuls' epilogues (-ge: MatmulModes' first value)
 } GPT2Shape;
 
 typedef struct {
@@ -83,6 +86,7 @@ typedef struct {
     size_t act_bytes, scratch_bytes;  // kept for the backward, and scratch
     int B, T, recompute, flash;       // the micro-batch capacity, -r, flash attention
     Fp8Layers *fp8;                   // the linear layers' FP8 state (on 0: none in FP8)
+    MatmulModes modes;                // how its matmuls run (GELU fused, tuning); its FP8 layers' too
     int num_sms;
     cudaStream_t stream;
 } GPT2;
@@ -215,6 +219,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     m->recompute = sh->recompute;
     m->flash = sh->flash;
     m->fp8 = fp8;
+    m->modes = MATMUL_MODES_DEFAULT;
+    m->modes.fuse_gelu = sh->fuse_gelu;
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -262,7 +268,7 @@ static BlockActs gpt2_block_acts(const GPT2 *m, int l) {
 static void gpt2_linear_forward_at(GPT2 *m, int kind, int l, const BlockActs *b, int N, int site) {
     const LinearSite *ls = &LINEAR_SITES[kind];
     const Activations *a = &m->acts;
-    linear_forward(site >= 0 ? &m->fp8->f8 : NULL, site, linear_buffer(a, b, ls->out),
+    linear_forward(&m->modes, site >= 0 ? &m->fp8->f8 : NULL, site, linear_buffer(a, b, ls->out),
                    linear_buffer(a, b, ls->out_pre_gelu), linear_buffer(a, b, ls->inp), param_at(m, ls->weight, l),
                    ls->bias == LINEAR_NONE ? NULL : param_at(m, ls->bias, l), N, linear_c(&m->config, kind),
                    linear_oc(&m->config, kind), m->stream);
@@ -275,7 +281,7 @@ static void gpt2_linear_backward_at(GPT2 *m, int kind, int l, const BlockActs *b
     const Activations *a = &m->acts;
     const int own_dbias = ls->bias != LINEAR_NONE && (ls->dbias == LINEAR_DBIAS_OWN ||
                                                       (ls->dbias == LINEAR_DBIAS_FLASH && !flash));
-    linear_backward(site >= 0 ? &m->fp8->f8 : NULL, site, linear_buffer(a, b, ls->dinp),
+    linear_backward(&m->modes, site >= 0 ? &m->fp8->f8 : NULL, site, linear_buffer(a, b, ls->dinp),
                     grad_at(m, ls->weight, l), own_dbias ? grad_at(m, ls->bias, l) : NULL, a->fscratch,
                     linear_buffer(a, b, ls->dout), linear_buffer(a, b, ls->inp), param_at(m, ls->weight, l),
                     linear_buffer(a, b, ls->inp_pre_gelu), m->B * m->T, linear_c(&m->config, kind),

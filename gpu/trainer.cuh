@@ -61,9 +61,9 @@ static void trainer_fp8_auto(GpuTrainer *t) {
     trainer_fp8_recast(t);
     // the linear layers' shapes are first met here: with --deterministic 0 they are tuned here
     // (matmul plans are made once a shape), so that the timing compares what training runs
-    g_matmul_tune = !t->s.deterministic;
+    m->modes.tune = !t->s.deterministic;
     const int mask = fp8_auto_choose(m, &t->fp8, &t->dp, t->dp.rank == 0);
-    g_matmul_tune = 0;
+    m->modes.tune = 0;
     gpt2_zero_grad(m);
     fp8_layers_build(&t->fp8, &m->config, mask);
     char text[64];
@@ -80,7 +80,6 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
                           Comm *comm, int rank, int world) {
     memset(t, 0, sizeof *t);
     t->s = *s;
-    g_fuse_gelu = s->fuse_gelu;
     matmul_set_tf32(s->tf32);
     fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed, s->fp8_cast, (size_t)s->o.B * s->o.T);
     const GPT2Shape shape = gpu_model_shape(s);
@@ -169,7 +168,7 @@ static void trainer_micro_step(GpuTrainer *t, int B, int T, float loss_scale) {
         int B, T;
         float loss_scale, S;
         int fuse_gelu, fp8_rolled;
-    } key = {B, T, loss_scale, trainer_grad_scale(t), g_fuse_gelu, t->fp8.f8.rolled};
+    } key = {B, T, loss_scale, trainer_grad_scale(t), t->model.modes.fuse_gelu, t->fp8.f8.rolled};
     step_graph_run(&t->micro_graph, t->model.stream, &key, sizeof key, micro_step_launches, &m);
 }
 
@@ -219,12 +218,12 @@ static void trainer_tune_matmuls(GpuTrainer *t) {
     batch_upload(&t->batch, zeros, zeros, B, T, m->stream);
     const DeviceBatch b = batch_on_device(&t->batch, t->s.cuda_graph);
     const GradHooks hooks = dp_grad_hooks(&t->dp);
-    g_matmul_tune = 1;
+    m->modes.tune = 1;
     gpt2_forward(m, &b, B, T);
     gpt2_loss(m, &b, t->info + INFO_LOSS, 1.0f / ((float)B * T), trainer_grad_scale(t), 1, B, T);
     t->dp.last_micro = 0;
     gpt2_backward(m, &b, &hooks);
-    g_matmul_tune = 0;
+    m->modes.tune = 0;
     // ZeRO-2 sends each micro-step's gradients from the comm stream: step 1's zeroing must
     // come after this pass's reduce-scatters and shard additions
     dp_wait_for_comm(&t->dp);
