@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     printf("[%s build] model L=%d H=%d C=%d V=%d, batch B=%d T=%d, recompute %d, gelu %s, %s attention%s, "
            "%s moments%s%s%s%s\n",
            PRECISION_NAME, c->num_layers, c->num_heads, c->channels, V, B, T, gs.recompute,
-           g_fuse_gelu ? "fused" : "separate", gs.flash ? "flash" : "plain",
+           model->modes.fuse_gelu ? "fused" : "separate", gs.flash ? "flash" : "plain",
            gs.flash && !gs.deterministic ? " (atomic-dq backward)" : "", gs.moments_bf16 ? "bf16" : "fp32",
            gs.offload == OFFLOAD_STAGED ? ", optimizer state in host memory (staged)"
            : gs.offload                 ? ", optimizer state in host memory (mapped)"

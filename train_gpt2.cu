@@ -101,7 +101,7 @@ static void between_sample(void *tr) {
         return;
     }
     KVCacheGpu kv;
-    kv_cache_gpu_init(&kv, &t->model.config, t->model.param, t->model.stream, T);
+    kv_cache_gpu_init(&kv, &t->model.config, t->model.param, &t->model.modes, t->model.stream, T);
     sample_text(&r->data->tok, r->o, T, V, r->rng, r->lg, kv_gpu_next_logits, &kv);
     kv_cache_gpu_free(&kv);
 }
@@ -167,7 +167,7 @@ static void print_run_start(const GpuTrainer *t, const cudaDeviceProp *prop, con
     const int atomic_dq = s->flash && flash_attention_atomic_dq(cfg->channels / cfg->num_heads, s->deterministic);
     printf("training: B=%d T=%d x %d rank(s), %d micro-steps per step (%d tokens), %d steps, lr %g (%s), recompute %d, "
            "gelu %s, %s attention%s%s\n", o->B, o->T, t->dp.world, data->accum, o->total_batch, data->max_steps, o->lr,
-           o->sched_name, s->recompute, g_fuse_gelu ? "fused" : "separate", s->flash ? "flash" : "plain",
+           o->sched_name, s->recompute, t->model.modes.fuse_gelu ? "fused" : "separate", s->flash ? "flash" : "plain",
            atomic_dq ? " (atomic-dq backward: not bitwise reproducible)" : "",
            PRECISION == PRECISION_FP16 ? ", dynamic loss scaling" : "");
     if (!s->deterministic)
@@ -275,8 +275,9 @@ static int generate_main(const GpuSettings *given, ProcessGroup *pg) {
         cudaStream_t stream;
         CUDA_CHECK(cudaStreamCreate(&stream));
         matmul_init(stream);
+        MatmulModes modes = MATMUL_MODES_DEFAULT;  // (-ge is not read here: GELU fused where cuBLASLt offers it)
         KVCacheGpu kv;
-        kv_cache_gpu_init(&kv, &cfg, param, stream, maxT);
+        kv_cache_gpu_init(&kv, &cfg, param, &modes, stream, maxT);
         generate_text(&tok, o, maxT, cfg.vocab_size, kv_gpu_next_logits, &kv);
         kv_cache_gpu_free(&kv);
         matmul_free();

@@ -15,7 +15,7 @@
 // matmuls share the trainer's buffers and the L2.
 // 2. The whole layer through the trainer's own functions, which is what a step pays: fp8_linear_forward +
 // fp8_linear_backward (current scaling, and delayed scaling once it has a history) against matmul_forward +
-// matmul_backward, with the layer's bias, GELU and bias gradient as the trainer's model passes them (gpu/model.cuh); ms, J, their
+// matmul_backward, with the layer's bias, GELU and bias gradient as the trainer wires them (gpu/linear.cuh); ms, J, their
 // ratios and the three outputs' errors. The weights' casts (once per update) are left out and listed last.
 // Then the step's totals of both. GPU only: the bf16 build on a GPU of compute capability 9.0 (elsewhere it says
 // so and exits 77). The energy loops take most of its time: under a minute at the default size.
@@ -61,6 +61,7 @@ typedef struct {
 static floatX *X, *G, *W, *bias, *D16, *D8;  // inputs N x Cin, output gradients N x OC, weight, bias; outputs
 static uint8_t *x8, *xT8, *g8, *gT8;         // X and G cast: as stored, and transposed
 static Fp8Linear f8;                         // per layer (site) the weight's FP8 copies and the three scales
+static MatmulModes modes = MATMUL_MODES_DEFAULT;  // the heuristic's first choices, GELU fused where offered
 static int N;
 // the whole layers: the GELU input fcproj's backward reads (fc's pre-GELU output in the trainer); fc's pre-GELU
 // output; dinp and dweight of the bf16 and FP8 runs (out goes to D16, D8); the bias gradient and its scratch
@@ -133,12 +134,12 @@ static void bf16_call(const Layer *l, int call, floatX *D) {
     const int C = l->cin, OC = l->oc;
     int ok;
     if (call == CALL_FWD)
-        ok = matmul_lt(D, W, X, l->bias ? bias : NULL, OC, N, C, 1, 0, C, C, OC, 0.0f,
+        ok = matmul_lt(&modes, D, W, X, l->bias ? bias : NULL, OC, N, C, 1, 0, C, C, OC, 0.0f,
                        l->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
     else if (call == CALL_DINP)
-        ok = matmul_lt(D, W, G, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
+        ok = matmul_lt(&modes, D, W, G, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
     else
-        ok = matmul_lt(D, X, G, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
+        ok = matmul_lt(&modes, D, X, G, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, 0);
     if (!ok) fatal("cuBLASLt has no algorithm for %s %s in bf16", l->name, CALL_NAME[call]);
 }
 
@@ -190,28 +191,28 @@ static void fp8_call(const Layer *l, int site, int call, floatX *D, Split sp) {
     const float *g_deq = fp8_slot(&f8, site, FP8_OP_G, FP8_DEQ);
     if (call == CALL_DW && sp.way == FP8_DW_OUT_SLICES) {
         for (int o0 = 0; o0 < OC; o0 += S)
-            matmul_fp8(D + (size_t)o0 * C, xT8, FP8_E4M3, x_deq, gT8 + (size_t)o0 * N, FP8_E5M2, g_deq, NULL, C,
-                       std::min(S, OC - o0), N, N, N, C, 1.0f, 0, 0);
+            matmul_fp8(&modes, D + (size_t)o0 * C, xT8, FP8_E4M3, x_deq, gT8 + (size_t)o0 * N, FP8_E5M2, g_deq, NULL,
+                       C, std::min(S, OC - o0), N, N, N, C, 1.0f, 0, 0);
         return;
     }
     if (call == CALL_DW && sp.way == FP8_DW_IN_SLICES) {
         for (int c0 = 0; c0 < C; c0 += S)
-            matmul_fp8(D + c0, xT8 + (size_t)c0 * N, FP8_E4M3, x_deq, gT8, FP8_E5M2, g_deq, NULL, std::min(S, C - c0),
-                       OC, N, N, N, C, 1.0f, 0, 0);
+            matmul_fp8(&modes, D + c0, xT8 + (size_t)c0 * N, FP8_E4M3, x_deq, gT8, FP8_E5M2, g_deq, NULL,
+                       std::min(S, C - c0), OC, N, N, N, C, 1.0f, 0, 0);
         return;
     }
     for (int r0 = 0; r0 < N; r0 += S) {
         const int rows = std::min(S, N - r0);
         const size_t xo = (size_t)r0 * C, go = (size_t)r0 * OC;
         if (call == CALL_FWD)
-            matmul_fp8(D + go, w, FP8_E4M3, w_deq, x8 + xo, FP8_E4M3, x_deq, l->bias ? bias : NULL, OC, rows, C, C,
-                       C, OC, 0.0f, 1, 0);
+            matmul_fp8(&modes, D + go, w, FP8_E4M3, w_deq, x8 + xo, FP8_E4M3, x_deq, l->bias ? bias : NULL, OC, rows,
+                       C, C, C, OC, 0.0f, 1, 0);
         else if (call == CALL_DINP)
-            matmul_fp8(D + xo, wt, FP8_E4M3, w_deq, g8 + go, FP8_E5M2, g_deq, NULL, C, rows, OC, OC, OC, C, 0.0f, 0,
-                       0);
+            matmul_fp8(&modes, D + xo, wt, FP8_E4M3, w_deq, g8 + go, FP8_E5M2, g_deq, NULL, C, rows, OC, OC, OC, C,
+                       0.0f, 0, 0);
         else
-            matmul_fp8(D, xT8 + xo, FP8_E4M3, x_deq, gT8 + go, FP8_E5M2, g_deq, NULL, C, OC, rows, rows, rows, C,
-                       1.0f, 0, 0);
+            matmul_fp8(&modes, D, xT8 + xo, FP8_E4M3, x_deq, gT8 + go, FP8_E5M2, g_deq, NULL, C, OC, rows, rows, rows,
+                       C, 1.0f, 0, 0);
     }
 }
 
@@ -219,20 +220,20 @@ static void fp8_call(const Layer *l, int site, int call, floatX *D, Split sp) {
 // output go to buffers the two runs share: nothing compares them)
 typedef struct { floatX *out, *dinp, *dweight; } LayerOut;
 
-// The layer's forward and backward in bf16, as gpu/fp8_layers.cuh's linear_forward/backward call them where a
+// The layer's forward and backward in bf16, as gpu/linear.cuh's linear_forward/backward call them where a
 // layer is not in FP8 (GELU and dGELU fused into the matmuls' epilogues where cuBLASLt offers them)
 static void bf16_layer(const Layer *l, const LayerOut *o) {
-    matmul_forward(o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, l->cin, l->oc, 0);
-    matmul_backward(o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, X, W, l->gelu_in ? XG : NULL, N,
-                    l->cin, l->oc, 0);
+    matmul_forward(&modes, o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, l->cin, l->oc, 0);
+    matmul_backward(&modes, o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, X, W,
+                    l->gelu_in ? XG : NULL, N, l->cin, l->oc, 0);
 }
 
 // The same through the FP8 functions, as linear_forward/backward call them where the layer is in FP8 (GELU in
 // the forward's epilogue where cuBLASLt offers it, dGELU a kernel of its own; the bias gradient in the pass that
 // finds the gradient's amax under current scaling)
 static void fp8_layer(const Layer *l, int site, const LayerOut *o) {
-    fp8_linear_forward(&f8, site, o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, 0);
-    fp8_linear_backward(&f8, site, o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, W, X,
+    fp8_linear_forward(&f8, &modes, site, o->out, l->gelu_out ? P : NULL, X, W, l->bias ? bias : NULL, N, 0);
+    fp8_linear_backward(&f8, &modes, site, o->dinp, o->dweight, l->dbias ? dbias : NULL, dbias_scratch, G, W, X,
                         l->gelu_in ? XG : NULL, N, 0);
 }
 

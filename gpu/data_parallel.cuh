@@ -6,7 +6,8 @@
 // ZeRO-1 reduce-scatters them (each rank keeps the sums of its chunks), both once a step,
 // in its last micro-step; ZeRO-2 (and -3, whose parameters gpu/zero3.cuh gathers)
 // reduce-scatters every micro-step's, adds the rank's chunks to the optimizer's gradient
-// shard and clears the layer's slot for the layer after next.
+// shard and clears the layer's slot for the layer after next. After the update, ZeRO-1 and
+// -2 all-gather the parameters' chunks each rank updated.
 // The communication stream is ordered after the compute stream (and back) with events, so
 // the compute stream never waits on the host. With one rank every function here does nothing.
 #pragma once
@@ -129,4 +130,21 @@ static void dp_grads_final(void *ctx, int l) {
 static GradHooks dp_grad_hooks(DataParallel *dp) {
     GradHooks h = {dp_grads_writable, dp_grads_final, dp};
     return h;
+}
+
+// ZeRO-1 and -2, after the update: every rank's updated chunks of the parameters (the
+// optimizer's layout) to every rank
+static void dp_allgather_params(DataParallel *dp) {
+    if (!dp_distributed(dp)) return;
+    comm_after_compute(dp);
+    comm_group_start(dp->comm);
+    for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
+        const ZeroTensor *zt = &dp->zl->t[k];
+        for (int l = 0; l < zt->layers; l++) {
+            floatX *slice = dp->model->param[k] + (size_t)l * zt->slice;
+            comm_allgather(dp->comm, slice + (size_t)dp->rank * zt->chunk, slice, zt->chunk);
+        }
+    }
+    comm_group_end(dp->comm);
+    compute_after_comm(dp);
 }

@@ -14,41 +14,14 @@
 #define FP8_AUTO_MARGIN 0.98f
 #define FP8_AUTO_REPEATS 5
 
-// Layer 0's linear layer of this kind (the lm_head for FP8_KINDS - 1), forward then backward,
-// in FP8 at site (-1: bf16), with the model's own calls and buffers
+// Layer 0's linear layer of this kind (LINEAR_*), forward then backward, in FP8 at site (-1:
+// bf16), through the model's own functions and buffers. qkv is timed as beside flash
+// attention, whose backward sums its bias gradient: with plain attention the layer's own bias
+// pass is left out of the timing.
 static void fp8_auto_layer(GPT2 *m, int kind, int site) {
-    const int C = m->config.channels, Vp = m->config.padded_vocab_size, N = m->B * m->T;
-    cudaStream_t s = m->stream;
-    Activations *a = &m->acts;
-    floatX **p = m->param;
-    float *fs = a->fscratch;
     const BlockActs b = gpt2_block_acts(m, 0);
-    switch (kind) {
-    case SITE_QKV:
-        linear_forward(m->fp8, site, b.qkv, NULL, b.ln1, p[P_QKVW], p[P_QKVB], N, C, 3 * C, s);
-        linear_backward(m->fp8, site, a->dln, grad_at(m, P_QKVW, 0), NULL, fs, a->dqkv, b.ln1, p[P_QKVW], NULL, N,
-                        C, 3 * C, s);
-        break;
-    case SITE_ATTPROJ:
-        linear_forward(m->fp8, site, a->attproj, NULL, b.atty, p[P_ATTPROJW], p[P_ATTPROJB], N, C, C, s);
-        linear_backward(m->fp8, site, a->datty, grad_at(m, P_ATTPROJW, 0), NULL, fs, a->dresidual, b.atty,
-                        p[P_ATTPROJW], NULL, N, C, C, s);
-        break;
-    case SITE_FC:
-        linear_forward(m->fp8, site, b.fch_gelu, b.fch, b.ln2, p[P_FCW], p[P_FCB], N, C, 4 * C, s);
-        linear_backward(m->fp8, site, a->dln, grad_at(m, P_FCW, 0), grad_at(m, P_FCB, 0), fs, a->dfch, b.ln2,
-                        p[P_FCW], NULL, N, C, 4 * C, s);
-        break;
-    case SITE_FCPROJ:
-        linear_forward(m->fp8, site, a->fcproj, NULL, b.fch_gelu, p[P_FCPROJW], p[P_FCPROJB], N, 4 * C, C, s);
-        linear_backward(m->fp8, site, a->dfch, grad_at(m, P_FCPROJW, 0), NULL, fs, a->dresidual, b.fch_gelu,
-                        p[P_FCPROJW], b.fch, N, 4 * C, C, s);
-        break;
-    default:  // the lm_head; its backward reads the logits' gradient where the loss leaves it
-        linear_forward(m->fp8, site, a->logits, NULL, a->lnf, p[P_WTE], NULL, N, C, Vp, s);
-        linear_backward(m->fp8, site, a->dln, m->grad[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, N, C, Vp,
-                        s);
-    }
+    gpt2_linear_forward_at(m, kind, 0, &b, m->B * m->T, site);
+    gpt2_linear_backward_at(m, kind, 0, &b, site, 1);
 }
 
 // ms of one run of the layer's forward and backward
@@ -97,32 +70,31 @@ static int fp8_auto_choose(GPT2 *m, Fp8Layers *f, DataParallel *dp, int verbose)
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    float h[2 * FP8_KINDS], *d;
-    for (int k = 0; k < FP8_KINDS; k++) {
-        const int head = k == FP8_KINDS - 1;
+    float h[2 * LINEAR_KINDS], *d;
+    for (int k = 0; k < LINEAR_KINDS; k++) {
         // (the lm_head's forward writes the logits its backward reads: after the first run they
         // are the forward's output, of the logits' order 1 rather than their gradient's; that
         // changes the time of neither path)
-        if (head) fill_uniform(a->logits, N * Vp, 1e-5f, 10, s);
-        fp8_auto_time(m, k, fp8_site(f, head ? -1 : 0, k), e0, e1, h + 2 * k);
+        if (k == LINEAR_HEAD) fill_uniform(a->logits, N * Vp, 1e-5f, 10, s);
+        fp8_auto_time(m, k, fp8_site(f, k, 0), e0, e1, h + 2 * k);
     }
     f->f8.rolled = rolled;
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
     CUDA_CHECK(cudaMalloc(&d, sizeof h));  // every rank decides from the same sums
     CUDA_CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
-    dp_allreduce_f32(dp, d, 2 * FP8_KINDS, COMM_SUM);
+    dp_allreduce_f32(dp, d, 2 * LINEAR_KINDS, COMM_SUM);
     CUDA_CHECK(cudaStreamSynchronize(s));  // (the all-reduce is ordered before the stream's next work)
     CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
     cudaFree(d);
     int mask = 0;
-    for (int k = 0; k < FP8_KINDS; k++)
+    for (int k = 0; k < LINEAR_KINDS; k++)
         if (h[2 * k + 1] < FP8_AUTO_MARGIN * h[2 * k]) mask |= 1 << k;
     if (verbose) {
         printf("fp8 auto: one layer's forward + backward at B=%d T=%d, %s scaling (ms, summed over %d rank(s)):\n",
                m->B, m->T, f->f8.delayed ? "delayed" : "current", dp->world);
-        for (int k = 0; k < FP8_KINDS; k++)
-            printf("  %-8s bf16 %8.3f  FP8 with its casts %8.3f  (%.2fx)  %s\n", FP8_KIND_NAMES[k], h[2 * k],
+        for (int k = 0; k < LINEAR_KINDS; k++)
+            printf("  %-8s bf16 %8.3f  FP8 with its casts %8.3f  (%.2fx)  %s\n", LINEAR_KIND_NAMES[k], h[2 * k],
                    h[2 * k + 1], h[2 * k] / h[2 * k + 1], mask & (1 << k) ? "FP8" : "bf16");
     }
     return mask;

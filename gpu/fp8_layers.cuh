@@ -1,25 +1,25 @@
 // gpu/fp8_layers.cuh: --fp8 1, which of GPT-2's linear layers run their matmuls in FP8
 // (kernels/fp8_linear.cuh) and their state: each such layer is a "site" (layer l's four at
-// 4l + SITE_*, the lm_head at 4L) with its weight's FP8 copies and its operands' scales.
-// The model's linear layers go through linear_forward / linear_backward, which take the FP8
-// path where the site has one and the shape allows it, else the build's precision; the
-// optimizer casts the weights again after every update (fp8_layers_cast_weights).
+// 4l + its kind, LINEAR_*, the lm_head at 4L) with its weight's FP8 copies and its operands'
+// scales; the sites' shapes and weights are gpu/linear.cuh's table's. The linear layers take
+// the FP8 path where they have a site (linear_forward / linear_backward, gpu/linear.cuh); the
+// trainer casts the weights again after every update (fp8_layers_cast_weights).
 #pragma once
 #include "../common/checkpoint.h"
 #include "../kernels/fp8_linear.cuh"
-#include "../kernels/matmul.cuh"
+#include "linear.cuh"
 
 // --fp8-layers: which linear layers run in FP8 (a mask; 0: none)
-// one bit per kind of linear layer (every block's four, the lm_head); AUTO: chosen at start-up
-// by timing each kind both ways at the run's shapes (gpu/fp8_auto.cuh)
+// one bit per kind of linear layer (1 << LINEAR_*: every block's four, the lm_head); AUTO:
+// chosen at start-up by timing each kind both ways at the run's shapes (gpu/fp8_auto.cuh)
 enum {
-    FP8_QKV = 1, FP8_ATTPROJ = 2, FP8_FC = 4, FP8_FCPROJ = 8, FP8_HEAD = 16,
+    FP8_QKV = 1 << LINEAR_QKV, FP8_ATTPROJ = 1 << LINEAR_ATTPROJ, FP8_FC = 1 << LINEAR_FC,
+    FP8_FCPROJ = 1 << LINEAR_FCPROJ, FP8_HEAD = 1 << LINEAR_HEAD,
     FP8_LAYERS_BLOCKS = 15, FP8_LAYERS_HEAD = 16, FP8_LAYERS_ALL = 31, FP8_LAYERS_AUTO = 32
 };
-static const char *const FP8_KIND_NAMES[] = {"qkv", "attproj", "fc", "fcproj", "head"};
-#define FP8_KINDS 5
 
-enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, SITES_PER_LAYER };
+// sites of a model of L layers: every block's four, then the lm_head
+static int fp8_site_count(const GPT2Config *c) { return LINEAR_BLOCK_KINDS * c->num_layers + 1; }
 
 typedef struct {
     int on;         // --fp8 1 (0: the rest is empty)
@@ -36,13 +36,12 @@ typedef struct {
 // The sites' weight shapes (OC x C; 0 x 0 for a layer not in FP8); returns their count.
 // mask: FP8_* bits (FP8_LAYERS_AUTO: every kind, the most it may choose)
 static int fp8_site_shapes(const GPT2Config *c, int mask, int *oc, int *cc) {
-    int L = c->num_layers, C = c->channels, n = SITES_PER_LAYER * L + 1;
-    const int block_oc[SITES_PER_LAYER] = {3 * C, C, 4 * C, C}, block_c[SITES_PER_LAYER] = {C, C, C, 4 * C};
+    const int n = fp8_site_count(c);
     if (mask & FP8_LAYERS_AUTO) mask = FP8_LAYERS_ALL;
     for (int i = 0; i < n; i++) {
-        int head = i == n - 1, on = mask & (head ? FP8_HEAD : 1 << (i % SITES_PER_LAYER));
-        oc[i] = !on ? 0 : head ? c->padded_vocab_size : block_oc[i % SITES_PER_LAYER];
-        cc[i] = !on ? 0 : head ? C : block_c[i % SITES_PER_LAYER];
+        const int kind = i == n - 1 ? LINEAR_HEAD : i % LINEAR_BLOCK_KINDS, on = mask & (1 << kind);
+        oc[i] = on ? linear_oc(c, kind) : 0;
+        cc[i] = on ? linear_c(c, kind) : 0;
     }
     return n;
 }
@@ -59,8 +58,7 @@ static size_t fp8_head_buffer_bytes(const GPT2Config *c, size_t N) {
 // kind, the most it may choose); cast: one weight buffer in place of the copies
 static size_t fp8_plan_bytes(const GPT2Config *c, int mask, int cast, size_t N) {
     if (!mask) return 0;
-    int *oc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
-    int *cc = (int *)xmalloc((SITES_PER_LAYER * c->num_layers + 1) * sizeof(int));
+    int *oc = (int *)xmalloc(fp8_site_count(c) * sizeof(int)), *cc = (int *)xmalloc(fp8_site_count(c) * sizeof(int));
     int n = fp8_site_shapes(c, mask, oc, cc);
     size_t b = fp8_linear_bytes(n, oc, cc, mask & (FP8_HEAD | FP8_LAYERS_AUTO) ? fp8_head_buffer_bytes(c, N) : 0, cast);
     free(oc);
@@ -73,12 +71,12 @@ static size_t fp8_plan_bytes(const GPT2Config *c, int mask, int cast, size_t N) 
 static void fp8_layers_build(Fp8Layers *f, const GPT2Config *c, int mask) {
     fp8_linear_free(&f->f8);
     f->mask = mask;
-    int n = SITES_PER_LAYER * c->num_layers + 1, *oc = (int *)xmalloc(n * sizeof(int));
+    int n = fp8_site_count(c), *oc = (int *)xmalloc(n * sizeof(int));
     int *cc = (int *)xmalloc(n * sizeof(int));
     fp8_site_shapes(c, mask, oc, cc);
     fp8_linear_init(&f->f8, n, oc, cc, mask & FP8_HEAD ? fp8_head_buffer_bytes(c, f->N) : 0, f->delayed, f->cast);
     for (int r = 0; r < 2; r++)
-        if (f->lent[r]) fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], SITES_PER_LAYER * c->num_layers, !r);
+        if (f->lent[r]) fp8_linear_lend(&f->f8, f->lent[r], f->lent_bytes[r], LINEAR_BLOCK_KINDS * c->num_layers, !r);
     free(oc);
     free(cc);
 }
@@ -121,7 +119,7 @@ static void fp8_layers_lend(Fp8Layers *f, const GPT2Config *c, void *logits, siz
 // which begin with every site's weight shape) was written for; -1 where its shapes are not
 // those of some choice of kinds of this model
 static int fp8_layers_mask_of_state(const GPT2Config *c, const float *state, size_t n) {
-    const int sites = SITES_PER_LAYER * c->num_layers + 1;
+    const int sites = fp8_site_count(c);
     if (n < 2 * (size_t)sites) return -1;
     int *oc = (int *)xmalloc(sites * sizeof(int)), *cc = (int *)xmalloc(sites * sizeof(int)), found = -1;
     for (int mask = 0; mask <= FP8_LAYERS_ALL && found < 0; mask++) {
@@ -138,49 +136,29 @@ static int fp8_layers_mask_of_state(const GPT2Config *c, const float *state, siz
 // "qkv,fc,head" for FP8_* bits ("none" for 0): the --fp8-layers that gives the same layers
 static const char *fp8_kinds_text(int mask, char *buf, size_t cap) {
     buf[0] = 0;
-    for (int k = 0; k < FP8_KINDS; k++)
-        if (mask & (1 << k)) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? "," : "", FP8_KIND_NAMES[k]);
+    for (int k = 0; k < LINEAR_KINDS; k++)
+        if (mask & (1 << k))
+            snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? "," : "", LINEAR_KIND_NAMES[k]);
     if (!buf[0]) snprintf(buf, cap, "none");
     return buf;
 }
 
-// layer l's site `which` (l < 0: the lm_head), or -1 where that layer is not in FP8 (f NULL: none is)
-static int fp8_site(const Fp8Layers *f, int l, int which) {
-    if (!f || !f->on) return -1;
-    if (l < 0) return f->mask & FP8_HEAD ? SITES_PER_LAYER * f->num_layers : -1;
-    return f->mask & (1 << which) ? SITES_PER_LAYER * l + which : -1;
+// The site of layer l's linear layer of this kind (LINEAR_*; the lm_head's l is ignored), or
+// -1 where that layer is not in FP8 (f NULL: none is)
+static int fp8_site(const Fp8Layers *f, int kind, int l) {
+    if (!f || !f->on || !(f->mask & (1 << kind))) return -1;
+    return kind == LINEAR_HEAD ? LINEAR_BLOCK_KINDS * f->num_layers : LINEAR_BLOCK_KINDS * l + kind;
 }
 
 // Every FP8 layer's weight to its FP8 copies; after each change of the parameters
 static void fp8_layers_cast_weights(Fp8Layers *f, const GPT2Config *c, floatX *const *param, cudaStream_t s) {
     if (!f->on) return;
-    const int L = c->num_layers, C = c->channels;
-    const int tensor[SITES_PER_LAYER] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
-    const size_t per_layer[SITES_PER_LAYER] = {(size_t)3 * C * C, (size_t)C * C, (size_t)4 * C * C, (size_t)4 * C * C};
-    for (int l = 0; l < L; l++)
-        for (int w = 0; w < SITES_PER_LAYER; w++) {
-            int site = fp8_site(f, l, w);
-            if (site >= 0) fp8_linear_weight(&f->f8, site, param[tensor[w]] + l * per_layer[w], s);
+    for (int l = 0; l < c->num_layers; l++)
+        for (int k = 0; k < LINEAR_BLOCK_KINDS; k++) {
+            const int site = fp8_site(f, k, l);
+            const size_t layer_elems = (size_t)linear_oc(c, k) * linear_c(c, k);
+            if (site >= 0) fp8_linear_weight(&f->f8, site, param[LINEAR_SITES[k].weight] + l * layer_elems, s);
         }
-    if (fp8_site(f, -1, 0) >= 0) fp8_linear_weight(&f->f8, fp8_site(f, -1, 0), param[P_WTE], s);
-}
-
-// A linear layer's forward and backward (kernels/matmul.cuh's arguments), in FP8 where its
-// site is (site >= 0) and the shape allows, else in the build's precision
-static void linear_forward(Fp8Layers *f, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
-                           const floatX *weight, const floatX *bias, int N, int C, int OC, cudaStream_t s) {
-    if (site >= 0 && fp8_linear_fits(&f->f8, site, N))
-        fp8_linear_forward(&f->f8, site, out, pre_gelu, inp, weight, bias, N, s);
-    else
-        matmul_forward(out, pre_gelu, inp, weight, bias, N, C, OC, s);
-}
-
-static void linear_backward(Fp8Layers *f, int site, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
-                            const floatX *dout, const floatX *inp, const floatX *weight, const floatX *pre_gelu, int N,
-                            int C, int OC, cudaStream_t s) {
-    if (site >= 0 && fp8_linear_fits(&f->f8, site, N)) {
-        fp8_linear_backward(&f->f8, site, dinp, dweight, dbias, scratch, dout, weight, inp, pre_gelu, N, s);
-    } else {
-        matmul_backward(dinp, dweight, dbias, scratch, dout, inp, weight, pre_gelu, N, C, OC, s);
-    }
+    const int head = fp8_site(f, LINEAR_HEAD, 0);
+    if (head >= 0) fp8_linear_weight(&f->f8, head, param[LINEAR_SITES[LINEAR_HEAD].weight], s);
 }

@@ -14,6 +14,7 @@
 typedef struct {
     GPT2Config config;
     floatX *const *param;  // the model's parameters on the device (checkpoint order)
+    MatmulModes *modes;    // how the matmuls run: the model's
     cudaStream_t stream;
     int maxT;
     floatX *k, *v;      // (L, maxT, C): each layer's key and value of each position
@@ -25,10 +26,12 @@ typedef struct {
     floatX *host_logits;  // Vp, pinned
 } KVCacheGpu;
 
-static void kv_cache_gpu_init(KVCacheGpu *kv, const GPT2Config *cfg, floatX *const *param, cudaStream_t s, int maxT) {
+static void kv_cache_gpu_init(KVCacheGpu *kv, const GPT2Config *cfg, floatX *const *param, MatmulModes *modes,
+                              cudaStream_t s, int maxT) {
     memset(kv, 0, sizeof *kv);
     kv->config = *cfg;
     kv->param = param;
+    kv->modes = modes;
     kv->stream = s;
     kv->maxT = maxT;
     size_t L = cfg->num_layers, C = cfg->channels, Vp = cfg->padded_vocab_size;
@@ -69,26 +72,26 @@ static void kv_gpu_forward_position(KVCacheGpu *kv, int token, int pos) {
     layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, p[P_LN1W], p[P_LN1B], 1, C, s);
     for (int l = 0; l < L; l++) {
         floatX *k = kv->k + (size_t)l * kv->maxT * C, *v = kv->v + (size_t)l * kv->maxT * C;
-        matmul_forward(kv->qkv, NULL, kv->ln, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, 1, C, 3 * C,
-                       s);
+        matmul_forward(kv->modes, kv->qkv, NULL, kv->ln, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, 1,
+                       C, 3 * C, s);
         CUDA_CHECK(cudaMemcpyAsync(k + (size_t)pos * C, kv->qkv + C, C * sizeof(floatX), cudaMemcpyDeviceToDevice, s));
         CUDA_CHECK(cudaMemcpyAsync(v + (size_t)pos * C, kv->qkv + 2 * C, C * sizeof(floatX), cudaMemcpyDeviceToDevice,
                                    s));
         attention_decode(kv->atty, kv->qkv, k, v, pos + 1, C, NH, s);
-        matmul_forward(kv->attproj, NULL, kv->atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, 1, C, C,
-                       s);
+        matmul_forward(kv->modes, kv->attproj, NULL, kv->atty, p[P_ATTPROJW] + (size_t)l * C * C,
+                       p[P_ATTPROJB] + l * C, 1, C, C, s);
         fused_residual_layernorm_forward(kv->residual2, kv->ln, kv->mean, kv->rstd, kv->x, kv->attproj,
                                          p[P_LN2W] + l * C, p[P_LN2B] + l * C, 1, C, s);
-        matmul_forward(kv->fch_gelu, kv->fch, kv->ln, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C, 1, C,
-                       4 * C, s);
-        matmul_forward(kv->fcproj, NULL, kv->fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C, p[P_FCPROJB] + l * C, 1,
-                       4 * C, C, s);
+        matmul_forward(kv->modes, kv->fch_gelu, kv->fch, kv->ln, p[P_FCW] + (size_t)l * 4 * C * C,
+                       p[P_FCB] + l * 4 * C, 1, C, 4 * C, s);
+        matmul_forward(kv->modes, kv->fcproj, NULL, kv->fch_gelu, p[P_FCPROJW] + (size_t)l * C * 4 * C,
+                       p[P_FCPROJB] + l * C, 1, 4 * C, C, s);
         // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
         const floatX *w = l + 1 < L ? p[P_LN1W] + (l + 1) * C : p[P_LNFW];
         const floatX *b = l + 1 < L ? p[P_LN1B] + (l + 1) * C : p[P_LNFB];
         fused_residual_layernorm_forward(kv->x, kv->ln, kv->mean, kv->rstd, kv->residual2, kv->fcproj, w, b, 1, C, s);
     }
-    matmul_forward(kv->logits, NULL, kv->ln, p[P_WTE], NULL, 1, C, Vp, s);  // the lm_head, tied to wte
+    matmul_forward(kv->modes, kv->logits, NULL, kv->ln, p[P_WTE], NULL, 1, C, Vp, s);  // the lm_head, tied to wte
 }
 
 // NextLogitsFn with the cache: the positions it lacks, then the last one's logits to the host.

@@ -6,7 +6,10 @@
 // gradients likewise, or under ZeRO-2 and -3 two layers' slots that the backward reuses (the
 // data-parallel reduction empties a slot while the layer below fills the other). The model reads its
 // micro-batch from the device (DeviceBatch, filled by gpu/batch.cuh) and tells whoever consumes its gradients when a
-// layer's may be written and when they are final (GradHooks: gpu/data_parallel.cuh).
+// layer's may be written and when they are final (GradHooks: gpu/data_parallel.cuh). Its
+// linear layers run as gpu/linear.cuh's table wires them (gpt2_linear_forward / _backward),
+// with the model's matmul modes (GELU fusion, tuning: MatmulModes), which every matmul of
+// the model reads and the trainer sets.
 #pragma once
 #include "../common/checkpoint.h"
 #include "../kernels/common.cuh"
@@ -17,6 +20,7 @@
 #include "../kernels/gelu.cuh"
 #include "../kernels/classifier.cuh"
 #include "activations.cuh"
+#include "linear.cuh"
 #include "fp8_layers.cuh"
 
 // What the model reads of the batch on the device. A CUDA graph replays for every batch:
@@ -48,8 +52,8 @@ typedef struct {
 #define MODEL_MAX_SLOTS 3
 
 // What a model is built for, beyond its configuration: the micro-batch capacity (B, T), what
-// its activations keep (-r), its attention, and how its parameters and gradients are held
-// (whole, or in layer slots that their owner fills or empties)
+// its activations keep (-r), its attention, how its parameters and gradients are held
+// (whole, or in layer slots that their owner fills or empties), and its GELU's fusion
 typedef struct {
     int B, T;
     int recompute;      // 0 none, 1 GELU, 2 GELU and layernorms, 3 the whole block
@@ -57,6 +61,7 @@ typedef struct {
     int deterministic;  // every kernel sums in a fixed order
     int param_slots;    // -z 3: the layer slots of the parameters (0: every tensor whole)
     int grad_slots;     // ZeRO-2 and -3 over several ranks: 2 layer slots of gradients (0: whole)
+    int fuse_gelu;      // GELU in the matmuls' epilogues (-ge: MatmulModes' first value)
 } GPT2Shape;
 
 typedef struct {
@@ -82,6 +87,7 @@ typedef struct {
     int B, T, recompute, flash;       // the micro-batch capacity, -r, flash attention
     int deterministic;                // --deterministic (0: the flash backward may add dq with atomics)
     Fp8Layers *fp8;                   // the linear layers' FP8 state (on 0: none in FP8)
+    MatmulModes modes;                // how its matmuls run (GELU fused, tuning); its FP8 layers' too
     int num_sms;
     cudaStream_t stream;
 } GPT2;
@@ -215,6 +221,8 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     m->flash = sh->flash;
     m->deterministic = sh->deterministic;
     m->fp8 = fp8;
+    m->modes = MATMUL_MODES_DEFAULT;
+    m->modes.fuse_gelu = sh->fuse_gelu;
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -251,6 +259,44 @@ static void gpt2_zero_grad(GPT2 *m) {
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->grad_elems * sizeof(floatX), m->stream));
 }
 
+static BlockActs gpt2_block_acts(const GPT2 *m, int l) {
+    return block_acts(&m->acts, &m->config, m->B, m->T, m->recompute, l);
+}
+
+// Layer l's linear layer of this kind (LINEAR_*, wired by LINEAR_SITES; b: layer l's
+// activations; the lm_head's l and b are not read), its forward over N rows at FP8 site `site`
+// (-1: in the build's precision). --fp8-layers auto times the layers through this too.
+static void gpt2_linear_forward_at(GPT2 *m, int kind, int l, const BlockActs *b, int N, int site) {
+    const LinearSite *ls = &LINEAR_SITES[kind];
+    const Activations *a = &m->acts;
+    linear_forward(&m->modes, site >= 0 ? &m->fp8->f8 : NULL, site, linear_buffer(a, b, ls->out),
+                   linear_buffer(a, b, ls->out_pre_gelu), linear_buffer(a, b, ls->inp), param_at(m, ls->weight, l),
+                   ls->bias == LINEAR_NONE ? NULL : param_at(m, ls->bias, l), N, linear_c(&m->config, kind),
+                   linear_oc(&m->config, kind), m->stream);
+}
+
+// Its backward at full capacity. flash: the model's attention is flash attention, whose
+// backward sums qkv's bias gradient (LINEAR_DBIAS_FLASH).
+static void gpt2_linear_backward_at(GPT2 *m, int kind, int l, const BlockActs *b, int site, int flash) {
+    const LinearSite *ls = &LINEAR_SITES[kind];
+    const Activations *a = &m->acts;
+    const int own_dbias = ls->bias != LINEAR_NONE && (ls->dbias == LINEAR_DBIAS_OWN ||
+                                                      (ls->dbias == LINEAR_DBIAS_FLASH && !flash));
+    linear_backward(&m->modes, site >= 0 ? &m->fp8->f8 : NULL, site, linear_buffer(a, b, ls->dinp),
+                    grad_at(m, ls->weight, l), own_dbias ? grad_at(m, ls->bias, l) : NULL, a->fscratch,
+                    linear_buffer(a, b, ls->dout), linear_buffer(a, b, ls->inp), param_at(m, ls->weight, l),
+                    linear_buffer(a, b, ls->inp_pre_gelu), m->B * m->T, linear_c(&m->config, kind),
+                    linear_oc(&m->config, kind), m->stream);
+}
+
+// The same in FP8 where the layer has a site, as the model runs them
+static void gpt2_linear_forward(GPT2 *m, int kind, int l, const BlockActs *b, int N) {
+    gpt2_linear_forward_at(m, kind, l, b, N, fp8_site(m->fp8, kind, l));
+}
+static void gpt2_linear_backward(GPT2 *m, int kind, int l, const BlockActs *b) {
+    gpt2_linear_backward_at(m, kind, l, b, fp8_site(m->fp8, kind, l), m->flash);
+}
+
 // Layer l from its layernormed input b->ln1 up to the MLP's GELU output: attention, its
 // projection and residual add with ln2, the fc matmul. The forward continues with the fc
 // projection; -r 3's backward runs this again to recompute the block.
@@ -258,27 +304,20 @@ static void gpt2_block_forward(GPT2 *m, int l, const BlockActs *b, int B, int T)
     const int C = m->config.channels, NH = m->config.num_heads, N = B * T;
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
-    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), b->qkv, NULL, b->ln1, param_at(m, P_QKVW, l),
-                   param_at(m, P_QKVB, l), N, C, 3 * C, s);
+    gpt2_linear_forward(m, LINEAR_QKV, l, b, N);
     if (m->flash) flash_attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, s);
     else attention_forward(b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s);
-    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_ATTPROJ), a->attproj, NULL, b->atty,
-                   param_at(m, P_ATTPROJW, l), param_at(m, P_ATTPROJB, l), N, C, C, s);
+    gpt2_linear_forward(m, LINEAR_ATTPROJ, l, b, N);
     fused_residual_layernorm_forward(b->residual2, b->ln2, b->ln2_mean, b->ln2_rstd, b->residual, a->attproj,
                                      param_at(m, P_LN2W, l), param_at(m, P_LN2B, l), N, C, s);
-    linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FC), b->fch_gelu, b->fch, b->ln2, param_at(m, P_FCW, l),
-                   param_at(m, P_FCB, l), N, C, 4 * C, s);
-}
-
-static BlockActs gpt2_block_acts(const GPT2 *m, int l) {
-    return block_acts(&m->acts, &m->config, m->B, m->T, m->recompute, l);
+    gpt2_linear_forward(m, LINEAR_FC, l, b, N);
 }
 
 // Forward over the batch's inputs (B, T), B <= capacity, T == capacity T. Leaves the logits
 // in acts.logits (B*T, Vp).
 static void gpt2_forward(GPT2 *m, const DeviceBatch *batch, int B, int T) {
     const GPT2Config *c = &m->config;
-    const int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, N = B * T;
+    const int L = c->num_layers, C = c->channels, N = B * T;
     if (B > m->B || T != m->T) fatal("internal: forward with B=%d T=%d, allocated B=%d T=%d", B, T, m->B, m->T);
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
@@ -293,8 +332,7 @@ static void gpt2_forward(GPT2 *m, const DeviceBatch *batch, int B, int T) {
         BlockActs b = gpt2_block_acts(m, l);
         params_need(m, l, l + 1 < L ? l + 1 : -1);
         gpt2_block_forward(m, l, &b, B, T);
-        linear_forward(m->fp8, fp8_site(m->fp8, l, SITE_FCPROJ), a->fcproj, NULL, b.fch_gelu,
-                       param_at(m, P_FCPROJW, l), param_at(m, P_FCPROJB, l), N, 4 * C, C, s);
+        gpt2_linear_forward(m, LINEAR_FCPROJ, l, &b, N);
         // the residual add, fused with the next layernorm (the next layer's ln1, or lnf)
         if (l + 1 < L) {
             BlockActs next = gpt2_block_acts(m, l + 1);
@@ -306,8 +344,7 @@ static void gpt2_forward(GPT2 *m, const DeviceBatch *batch, int B, int T) {
                                              p[P_LNFW], p[P_LNFB], N, C, s);
         }
     }
-    // the lm_head, tied to wte
-    linear_forward(m->fp8, fp8_site(m->fp8, -1, 0), a->logits, NULL, a->lnf, p[P_WTE], NULL, N, C, Vp, s);
+    gpt2_linear_forward(m, LINEAR_HEAD, -1, NULL, N);  // the lm_head, tied to wte
 }
 
 // Loss of the last forward over the batch's targets: adds loss_scale * the sum of the
@@ -352,11 +389,8 @@ static void gpt2_mlp_backward(GPT2 *m, int l, const BlockActs *b) {
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
     float *fs = a->fscratch;
-    // (dfch includes gelu')
-    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_FCPROJ), a->dfch, grad_at(m, P_FCPROJW, l), NULL, fs,
-                    a->dresidual, b->fch_gelu, param_at(m, P_FCPROJW, l), b->fch, N, 4 * C, C, s);
-    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_FC), a->dln, grad_at(m, P_FCW, l), grad_at(m, P_FCB, l), fs,
-                    a->dfch, b->ln2, param_at(m, P_FCW, l), NULL, N, C, 4 * C, s);
+    gpt2_linear_backward(m, LINEAR_FCPROJ, l, b);  // (dfch includes gelu')
+    gpt2_linear_backward(m, LINEAR_FC, l, b);
     layernorm_backward(a->dresidual, grad_at(m, P_LN2W, l), grad_at(m, P_LN2B, l), grad_at(m, P_ATTPROJB, l), fs,
                        a->dln, b->residual2, param_at(m, P_LN2W, l), b->ln2_mean, b->ln2_rstd, N, C, m->num_sms, s);
 }
@@ -368,19 +402,18 @@ static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
     float *fs = a->fscratch;
-    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_ATTPROJ), a->datty, grad_at(m, P_ATTPROJW, l), NULL, fs,
-                    a->dresidual, b->atty, param_at(m, P_ATTPROJW, l), NULL, N, C, C, s);
+    gpt2_linear_backward(m, LINEAR_ATTPROJ, l, b);
     // The qkv bias gradient, in thirds with flash attention: q's is a pass over dq; k's is
     // zero (a bias on every key adds the same q.b to a whole row of scores, which softmax
     // ignores; the rows of dS sum to zero), left as zero_grad left it; v's is the column
-    // sum of datty, which the attention backward reads anyway.
+    // sum of datty, which the attention backward reads anyway. (With plain attention the qkv
+    // layer's backward sums it whole: LINEAR_DBIAS_FLASH.)
     floatX *dqkvb = grad_at(m, P_QKVB, l);
     if (m->flash)
         flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, b->qkv, b->atty, b->lse, a->flash_scratch, B, T, C,
                                  NH, m->deterministic, s);
     else attention_backward(a->dqkv, a->datty, b->qkv, b->att, a->attn_scratch, B, T, C, NH, s);
-    linear_backward(m->fp8, fp8_site(m->fp8, l, SITE_QKV), a->dln, grad_at(m, P_QKVW, l), m->flash ? NULL : dqkvb, fs,
-                    a->dqkv, b->ln1, param_at(m, P_QKVW, l), NULL, N, C, 3 * C, s);
+    gpt2_linear_backward(m, LINEAR_QKV, l, b);
     if (m->flash) bias_backward(dqkvb, fs, a->dqkv, N, C, 3 * C, s);
 }
 
@@ -391,7 +424,7 @@ static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
 // two layers skip their bias passes.
 static void gpt2_backward(GPT2 *m, const DeviceBatch *batch, const GradHooks *hooks) {
     const GPT2Config *c = &m->config;
-    const int B = m->B, T = m->T, L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, N = B * T;
+    const int B = m->B, T = m->T, L = c->num_layers, C = c->channels, N = B * T;
     cudaStream_t s = m->stream;
     Activations *a = &m->acts;
     floatX **p = m->param, **g = m->grad;
@@ -400,8 +433,7 @@ static void gpt2_backward(GPT2 *m, const DeviceBatch *batch, const GradHooks *ho
     // lm_head: dlnf = dlogits @ wte; dwte += dlogits^T @ lnf
     params_need(m, -1, L - 1);
     grads_writable(hooks, -1);
-    linear_backward(m->fp8, fp8_site(m->fp8, -1, 0), a->dln, g[P_WTE], NULL, fs, a->logits, a->lnf, p[P_WTE], NULL, N,
-                    C, Vp, s);
+    gpt2_linear_backward(m, LINEAR_HEAD, -1, NULL);
     CUDA_CHECK(cudaMemsetAsync(a->dresidual, 0, (size_t)N * C * sizeof(floatX), s));
     grads_writable(hooks, L - 1);  // lnf's backward writes the fcproj bias gradient of layer L - 1
     layernorm_backward(a->dresidual, g[P_LNFW], g[P_LNFB], grad_at(m, P_FCPROJB, L - 1), fs, a->dln,

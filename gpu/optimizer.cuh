@@ -5,11 +5,12 @@
 // kernels/offload.cuh; the moments in bf16 with --optimizer-state bf16), ZeRO-2's shard of
 // the summed gradients, and a step: the global gradient norm, the clip factor, the decision
 // to skip the update (common/update_rule.h, taken on the device), AdamW on the rank's
-// elements (under -z 3 into the parameters' shard, gpu/zero3.cuh, with no all-gather), the
-// all-gather of the updated chunks, the FP8 copies of the new weights. With
-// --cuda-graph 1 a step's launches replay from a CUDA graph after one eager step. Entry
-// points: optimizer_create, optimizer_step, optimizer_state_get / _set (the checkpoint's
-// arrays), optimizer_free; the trainer does not reach inside.
+// elements (under -z 3 into the parameters' shard, gpu/zero3.cuh). What the new parameters
+// imply (ZeRO's all-gather, FP8's casts and amax roll) is the trainer's (trainer_update);
+// those of its launches that must replay with the update it gives the optimizer to run after
+// AdamW's. With --cuda-graph 1 a step's launches replay from a CUDA graph after one eager
+// step. Entry points: optimizer_create, optimizer_step, optimizer_state_get / _set (the
+// checkpoint's arrays), optimizer_free; the trainer does not reach inside.
 #pragma once
 #include "../common/distributed.h"
 #include "../common/train_options.h"
@@ -19,7 +20,6 @@
 #include "../kernels/step_graph.cuh"
 #include "model.cuh"
 #include "data_parallel.cuh"
-#include "fp8_layers.cuh"
 #include "zero3.cuh"
 
 typedef struct {
@@ -36,8 +36,11 @@ typedef struct {
     int use_graph, warm;   // --cuda-graph 1; an update has run eagerly (its kernels' first launches)
     StepGraph graph;       // norm, clip and AdamW (one rank, not staged)
     DataParallel *dp;      // the ranks
-    Fp8Layers *fp8;        // the FP8 copies of the weights, cast again after each update
     ParamShards *ps;       // -z 3: the parameters' shard, which the update writes (NULL: the model's parameters)
+    // the owner's launches after AdamW's, on the model's stream: run at the end of every
+    // update's launches, and so captured into its graph with them (NULL: none)
+    void (*after_adamw)(void *ctx);
+    void *after_adamw_ctx;
 } Optimizer;
 
 // the ranks the optimizer state is sharded over: all of them under ZeRO, else one
@@ -63,12 +66,14 @@ static size_t optimizer_state_bytes(size_t ns, int has_master, int moments_bf16)
 static int optimizer_has_master(const GpuSettings *s) { return s->master_weights && PRECISION != PRECISION_FP32; }
 
 // The state for the model's parameters host_params (fp32, checkpoint order): the master
-// weights from them, the moments zero.
+// weights from them, the moments zero. after_adamw(ctx): launches to run after AdamW's in
+// every update (NULL: none).
 static void optimizer_create(Optimizer *o, const GPT2 *model, const float *host_params, const GpuSettings *s,
-                             DataParallel *dp, Fp8Layers *fp8) {
+                             DataParallel *dp, void (*after_adamw)(void *), void *ctx) {
     memset(o, 0, sizeof *o);
     o->dp = dp;
-    o->fp8 = fp8;
+    o->after_adamw = after_adamw;
+    o->after_adamw_ctx = ctx;
     o->rank = dp->rank;
     const char *bad = optimizer_layout(&o->zl, &model->config, optimizer_shard_world(s, dp->world));
     if (bad) fatal("internal: ZeRO layout: %s", bad);  // gpu_settings_check's caller checked it
@@ -186,7 +191,8 @@ static void adamw_range(void *ctx, size_t c0, size_t c1, float *master, void *m,
 }
 
 // A step's launches: global norm, clip factor and AdamW, all on the device, reading the
-// step's values from o->step. Under ZeRO each rank sums and updates its chunks.
+// step's values from o->step, then the owner's (after_adamw). Under ZeRO each rank sums and
+// updates its chunks.
 static void update_launches(void *ctx) {
     const UpdateCtx *r = (const UpdateCtx *)ctx;
     Optimizer *o = r->o;
@@ -205,19 +211,13 @@ static void update_launches(void *ctx) {
         offload_staged_update(&o->stage, o->master, o->m, o->v, o->zl.shard_elems, adamw_range, ctx, s);
     else
         adamw_range(ctx, 0, o->zl.shard_elems, o->master, o->m, o->v);
-    // on one rank the parameters are final here, so the FP8 casts join the update's graph
-    if (o->zl.world == 1) fp8_layers_cast_weights(o->fp8, &model->config, model->param, s);
-    if (o->fp8->on) {
-        if (o->fp8->f8.delayed)  // every rank the same scales
-            dp_allreduce_f32(o->dp, o->fp8->f8.scalars, fp8_linear_scalar_count(&o->fp8->f8), COMM_MAX);
-        fp8_linear_roll(&o->fp8->f8, s);  // the step's amaxes into the histories (delayed scaling)
-    }
+    if (o->after_adamw) o->after_adamw(o->after_adamw_ctx);
 }
 
 // One optimizer step (t counts from 1) on the model's summed gradients, which carry the loss
 // scale 1 / inv_loss_scale. The step's loss must already be in info[INFO_LOSS]; a loss or
-// norm that common/update_rule.h refuses skips the update on the device. Under ZeRO-1 and -2
-// the ranks then all-gather the updated parameters (-z 3 gathers each layer as it is used).
+// norm that common/update_rule.h refuses skips the update on the device. Under ZeRO each
+// rank's parameters are new in its chunks only (-z 3: in its shard).
 static void optimizer_step(Optimizer *o, GPT2 *model, float *info, const AdamWConfig *h, int t, float inv_loss_scale) {
     cudaStream_t s = model->stream;
     dp_wait_for_comm(o->dp);  // the backward's gradient reductions
@@ -231,26 +231,6 @@ static void optimizer_step(Optimizer *o, GPT2 *model, float *info, const AdamWCo
     } else {
         update_launches(&r);
         o->warm = 1;
-    }
-    if (o->fp8->on && o->fp8->f8.delayed) o->fp8->f8.rolled = 1;
-    if (o->ps) {  // -z 3: the shard is the parameters; the layers are gathered again as they are used
-        param_shards_changed(o->ps);
-        return;
-    }
-    if (o->zl.world > 1) {  // every rank's updated chunks to every rank
-        DataParallel *dp = o->dp;
-        comm_after_compute(dp);
-        comm_group_start(dp->comm);
-        for (int k = 0; k < NUM_PARAM_TENSORS; k++) {
-            const ZeroTensor *zt = &o->zl.t[k];
-            for (int l = 0; l < zt->layers; l++) {
-                floatX *slice = model->param[k] + (size_t)l * zt->slice;
-                comm_allgather(dp->comm, slice + (size_t)o->rank * zt->chunk, slice, zt->chunk);
-            }
-        }
-        comm_group_end(dp->comm);
-        compute_after_comm(dp);
-        fp8_layers_cast_weights(o->fp8, &model->config, model->param, s);
     }
 }
 

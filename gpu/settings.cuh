@@ -154,8 +154,9 @@ static int fp8_kinds_list(const char *list) {
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
         int k = 0;
-        while (k < FP8_KINDS && (strlen(FP8_KIND_NAMES[k]) != len || strncmp(p, FP8_KIND_NAMES[k], len) != 0)) k++;
-        if (k == FP8_KINDS) return 0;
+        while (k < LINEAR_KINDS && (strlen(LINEAR_KIND_NAMES[k]) != len || strncmp(p, LINEAR_KIND_NAMES[k], len) != 0))
+            k++;
+        if (k == LINEAR_KINDS) return 0;
         mask |= 1 << k;
         p += len;
         if (*p == ',' && *++p == 0) return 0;  // a trailing comma
@@ -308,7 +309,7 @@ static int gpt2_param_slots(int zero_stage, int prefetch_layers) { return zero_s
 // What the model is built for under these settings (after gpu_settings_for_model)
 static GPT2Shape gpu_model_shape(const GpuSettings *s) {
     GPT2Shape sh = {s->o.B, s->o.T, s->recompute, s->flash, s->deterministic,
-                    gpt2_param_slots(s->zero_stage, s->prefetch_layers), s->shard_grads ? 2 : 0};
+                    gpt2_param_slots(s->zero_stage, s->prefetch_layers), s->shard_grads ? 2 : 0, s->fuse_gelu};
     return sh;
 }
 

@@ -34,16 +34,37 @@ typedef struct {
     PhaseTimer phases;
 } GpuTrainer;
 
+// FP8's copies of the weights from the parameters as they are now
+static void trainer_fp8_recast(GpuTrainer *t) {
+    fp8_layers_cast_weights(&t->fp8, &t->model.config, t->model.param, t->model.stream);
+}
+
+// FP8's delayed scaling, after a step: its amaxes into the histories (fp8_linear_roll), each
+// the largest over the ranks first, so that every rank scales alike
+static void trainer_fp8_roll(GpuTrainer *t) {
+    Fp8Linear *f8 = &t->fp8.f8;
+    if (!t->fp8.on) return;
+    if (f8->delayed) dp_allreduce_f32(&t->dp, f8->scalars, fp8_linear_scalar_count(f8), COMM_MAX);
+    fp8_linear_roll(f8, t->model.stream);
+}
+
+// The update's steps 1 and 2 (trainer_update), run by the optimizer after AdamW's launches
+static void trainer_after_adamw(void *ctx) {
+    GpuTrainer *t = (GpuTrainer *)ctx;
+    if (t->opt.zl.world == 1) trainer_fp8_recast(t);  // the parameters are final already
+    trainer_fp8_roll(t);
+}
+
 // --fp8-layers auto: every kind of linear layer timed in FP8 and in bf16, the kinds FP8 makes
 // faster kept in FP8 (gpu/fp8_auto.cuh); the timing's gradients are zeroed
 static void trainer_fp8_auto(GpuTrainer *t) {
     GPT2 *m = &t->model;
-    fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);
+    trainer_fp8_recast(t);
     // the linear layers' shapes are first met here: with --deterministic 0 they are tuned here
     // (matmul plans are made once a shape), so that the timing compares what training runs
-    g_matmul_tune = !t->s.deterministic;
+    m->modes.tune = !t->s.deterministic;
     const int mask = fp8_auto_choose(m, &t->fp8, &t->dp, t->dp.rank == 0);
-    g_matmul_tune = 0;
+    m->modes.tune = 0;
     gpt2_zero_grad(m);
     fp8_layers_build(&t->fp8, &m->config, mask);
     char text[64];
@@ -60,14 +81,13 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
                           Comm *comm, int rank, int world) {
     memset(t, 0, sizeof *t);
     t->s = *s;
-    g_fuse_gelu = s->fuse_gelu;
     matmul_set_tf32(s->tf32);
     fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed, s->fp8_cast, (size_t)s->o.B * s->o.T);
     const GPT2Shape shape = gpu_model_shape(s);
     gpt2_build(&t->model, cfg, host_params, &shape, &t->fp8);
     dp_init(&t->dp, comm, rank, world, s->zero_stage, t->model.stream);
     if (t->fp8.auto_pick) trainer_fp8_auto(t);
-    optimizer_create(&t->opt, &t->model, host_params, s, &t->dp, &t->fp8);
+    optimizer_create(&t->opt, &t->model, host_params, s, &t->dp, trainer_after_adamw, t);
     if (s->zero_stage == 3) {  // one rank with --offload 2: the shard (the whole model) in host memory
         param_shards_init(&t->shards, &t->model, &t->opt.zl, comm, rank, host_params,
                           params_on_host(s->zero_stage, world, s->offload));
@@ -77,7 +97,7 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
     CUDA_CHECK(cudaMalloc(&t->info, INFO_SLOTS * sizeof(float)));
     CUDA_CHECK(cudaMemset(t->info, 0, INFO_SLOTS * sizeof(float)));
     loss_scaler_init(&t->scaler, PRECISION == PRECISION_FP16 ? LOSS_SCALE_INIT : 1.0f);
-    fp8_layers_cast_weights(&t->fp8, cfg, t->model.param, t->model.stream);
+    trainer_fp8_recast(t);
     batch_stager_init(&t->batch, s->o.B, s->o.T, cfg->vocab_size);
     phase_timer_init(&t->phases, s->profile);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -158,15 +178,32 @@ static void trainer_micro_step(GpuTrainer *t, const DeviceBatch *batch, int last
         int B, T;
         float loss_scale, S;
         int fuse_gelu, fp8_rolled;
-    } key = {B, T, loss_scale, trainer_grad_scale(t), g_fuse_gelu, t->fp8.f8.rolled};
+    } key = {B, T, loss_scale, trainer_grad_scale(t), t->model.modes.fuse_gelu, t->fp8.f8.rolled};
     step_graph_run(&t->micro_graph, t->model.stream, &key, sizeof key, micro_step_launches, &m);
 }
 
-// One optimizer step (t counts from 1) on the accumulated gradients: optimizer_step.
+// One optimizer step (t counts from 1) on the accumulated gradients: AdamW (optimizer_step),
+// then what the new parameters imply, in this order:
+//   1. where each rank updated every parameter (one rank, or no ZeRO), FP8's copies of the
+//      weights cast again;
+//   2. FP8's amax roll (delayed scaling), the amaxes first the largest over the ranks;
+//   3. under ZeRO-1 and -2, every rank's updated chunks all-gathered, then FP8's casts;
+//   4. under -z 3, the model's layer slots out of date (each layer is gathered again from the
+//      shard as it is used).
+// 1 and 2 are launches that follow AdamW's with nothing between: the optimizer runs them
+// at the end of the update's launches (trainer_after_adamw), so that the update's CUDA graph
+// (--cuda-graph 1) captures and replays them too.
 static void trainer_update(GpuTrainer *t, const AdamWConfig *h, int step_t) {
     cudaStream_t s = t->model.stream;
     phase_begin(&t->phases, PHASE_UPDATE, s);
-    optimizer_step(&t->opt, &t->model, t->info, h, step_t, 1.0f / t->scaler.scale);
+    optimizer_step(&t->opt, &t->model, t->info, h, step_t, 1.0f / t->scaler.scale);  // with 1 and 2
+    if (t->fp8.on && t->fp8.f8.delayed) t->fp8.f8.rolled = 1;  // the roll is enqueued for good
+    if (t->s.zero_stage == 3) {
+        param_shards_changed(&t->shards);
+    } else if (t->opt.zl.world > 1) {
+        dp_allgather_params(&t->dp);
+        trainer_fp8_recast(t);
+    }
     phase_end(&t->phases, PHASE_UPDATE, s);
 }
 
@@ -191,12 +228,12 @@ static void trainer_tune_matmuls(GpuTrainer *t) {
     batch_upload(&t->batch, zeros, zeros, B, T, m->stream);
     const DeviceBatch b = batch_on_device(&t->batch, t->s.cuda_graph);
     const GradHooks hooks = dp_grad_hooks(&t->dp);
-    g_matmul_tune = 1;
+    m->modes.tune = 1;
     gpt2_forward(m, &b, B, T);
     gpt2_loss(m, &b, t->info + INFO_LOSS, 1.0f / ((float)B * T), trainer_grad_scale(t), 1, B, T);
     t->dp.last_micro = 0;
     gpt2_backward(m, &b, &hooks);
-    g_matmul_tune = 0;
+    m->modes.tune = 0;
     // ZeRO-2 sends each micro-step's gradients from the comm stream: step 1's zeroing must
     // come after this pass's reduce-scatters and shard additions
     dp_wait_for_comm(&t->dp);

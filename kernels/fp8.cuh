@@ -329,16 +329,18 @@ static void lt_call_create_fp8(LtCall *c, Fp8Format fa, const float *a_deq, Fp8F
 // B: k x n likewise (n rows of k codes); a_deq, b_deq: device floats, the dequantization
 // factors (1 / scale; NULL: 1); bias: m floatX or NULL. fast_accum: cuBLASLt's FP8 fast
 // accumulation (the tensor cores' partial sums are not promoted to fp32 now and then:
-// faster, less accurate). In the trainer's row-major terms, with m = OC, n = N, k = C:
-// out (N, OC) = inp (N, C) W^T is A = W (OC x C), B = inp (N x C), D = out.
+// faster, less accurate); modes: whether a shape's first call times cuBLASLt's candidates
+// (its tune, as for every matmul of kernels/matmul.cuh). In the trainer's row-major terms,
+// with m = OC, n = N, k = C: out (N, OC) = inp (N, C) W^T is A = W (OC x C), B = inp (N x C),
+// D = out.
 // With an epilogue (matmul_fp8_epi): CUBLASLT_EPILOGUE_GELU_AUX_BIAS or GELU_AUX, D = gelu(..)
 // and aux (m x n, ld ldaux, bf16) = the GELU's input, as the bf16 forward fuses it; or DGELU,
 // D = (..) * gelu'(aux), as the bf16 dinp fuses it. Returns 0 when cuBLASLt offers no
 // algorithm for that epilogue (nothing ran: the caller runs the separate kernel).
-static int matmul_fp8_epi(floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq, const uint8_t *B,
-                          Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k, int lda, int ldb,
-                          int ldd, float beta, int fast_accum, cublasLtEpilogue_t epi, const floatX *aux, int ldaux,
-                          cudaStream_t s) {
+static int matmul_fp8_epi(const MatmulModes *modes, floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq,
+                          const uint8_t *B, Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k,
+                          int lda, int ldb, int ldd, float beta, int fast_accum, cublasLtEpilogue_t epi,
+                          const floatX *aux, int ldaux, cudaStream_t s) {
     const char *why = matmul_fp8_refusal(D, A, fa, B, fb, m, n, k, lda, ldb, ldd);
     if (why) fatal("FP8 matmul %s x %s, m=%d n=%d k=%d: %s", fp8_format_name(fa), fp8_format_name(fb), m, n, k, why);
     fp8_require_device();
@@ -351,7 +353,7 @@ static int matmul_fp8_epi(floatX *D, const uint8_t *A, Fp8Format fa, const float
     key.has_bias = bias != NULL;
     key.beta_nonzero = beta != 0.0f;
     key.variant = 1 + (int)fa + 2 * (int)fb + 4 * (fast_accum != 0);
-    MatmulPlan *plan = matmul_plan_choose(&key, &c, D, A, B, beta, s);
+    MatmulPlan *plan = matmul_plan_choose(&key, &c, D, A, B, beta, modes->tune, s);
     if (!plan->ok && aux) {
         lt_call_destroy(&c);
         return 0;
@@ -404,9 +406,9 @@ static int matmul_fp8_epi(floatX *D, const uint8_t *A, Fp8Format fa, const float
     return 1;
 }
 
-static void matmul_fp8(floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq, const uint8_t *B,
-                       Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k, int lda, int ldb,
-                       int ldd, float beta, int fast_accum, cudaStream_t s) {
-    matmul_fp8_epi(D, A, fa, a_deq, B, fb, b_deq, bias, m, n, k, lda, ldb, ldd, beta, fast_accum,
+static void matmul_fp8(const MatmulModes *modes, floatX *D, const uint8_t *A, Fp8Format fa, const float *a_deq,
+                       const uint8_t *B, Fp8Format fb, const float *b_deq, const floatX *bias, int m, int n, int k,
+                       int lda, int ldb, int ldd, float beta, int fast_accum, cudaStream_t s) {
+    matmul_fp8_epi(modes, D, A, fa, a_deq, B, fb, b_deq, bias, m, n, k, lda, ldb, ldd, beta, fast_accum,
                    bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s);
 }

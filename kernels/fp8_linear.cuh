@@ -312,13 +312,13 @@ static void fp8_gelu_not_fused(void) {
 }
 
 // out (N, OC) = inp (N, C) W^T + bias [GELU: pre_gelu = that, out = gelu(pre_gelu)]; W: the bf16
-// weight (read only with f->cast)
-static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_gelu, const floatX *inp,
-                               const floatX *W, const floatX *bias, int N, cudaStream_t s) {
+// weight (read only with f->cast); modes: the matmuls' (GELU fused as in the bf16 forward)
+static void fp8_linear_forward(Fp8Linear *f, const MatmulModes *modes, int site, floatX *out, floatX *pre_gelu,
+                               const floatX *inp, const floatX *W, const floatX *bias, int N, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
     const uint8_t *w = fp8_weight_codes(f, site, W, 0, s);
     float *amax = fp8_operand_scale(f, site, FP8_OP_X, inp, (size_t)N * C, FP8_E4M3, s);
-    const int fuse = pre_gelu && g_fuse_gelu;  // GELU in the epilogue, as the bf16 forward
+    const int fuse = pre_gelu && modes->fuse_gelu;  // GELU in the epilogue, as the bf16 forward
     int fused = fuse;
     floatX *dst = pre_gelu ? pre_gelu : out;
     size_t cap;
@@ -332,10 +332,12 @@ static void fp8_linear_forward(Fp8Linear *f, int site, floatX *out, floatX *pre_
         const float *w_deq = fp8_slot(f, site, FP8_OP_W, FP8_DEQ), *x_deq = fp8_slot(f, site, FP8_OP_X, FP8_DEQ);
         const size_t o = (size_t)r0 * OC;
         if (fused)
-            fused = matmul_fp8_epi(out + o, w, FP8_E4M3, w_deq, buf[0], FP8_E4M3, x_deq, bias, OC, rows, C, C, C, OC,
-                                   0.0f, 1, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+            fused = matmul_fp8_epi(modes, out + o, w, FP8_E4M3, w_deq, buf[0], FP8_E4M3, x_deq, bias, OC, rows, C, C,
+                                   C, OC, 0.0f, 1, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
                                    pre_gelu + o, OC, s);
-        if (!fused) matmul_fp8(dst + o, w, FP8_E4M3, w_deq, buf[0], FP8_E4M3, x_deq, bias, OC, rows, C, C, C, OC, 0.0f, 1, s);
+        if (!fused)
+            matmul_fp8(modes, dst + o, w, FP8_E4M3, w_deq, buf[0], FP8_E4M3, x_deq, bias, OC, rows, C, C, C, OC, 0.0f,
+                       1, s);
         if (!fused && pre_gelu) gelu_forward(out + o, pre_gelu + o, (long)rows * OC, s);
     }
     if (fuse && !fused) fp8_gelu_not_fused();
@@ -380,18 +382,18 @@ static int fp8_whole(const Fp8Linear *f, int site, int N) {
 // GELU's derivative is a kernel of its own: cuBLASLt's FP8 DGELU epilogue made fcproj's backward
 // 1.6x slower on an H100 (2.54 against 1.61 ms at d12 B=64) and missed the double-precision
 // reference by up to 78 times the tolerance in 4 of 1.5M outputs (docs/fp8.md).
-static void fp8_dinp(floatX *dinp, const uint8_t *wt, const float *w_deq, const uint8_t *g, const float *g_deq,
-                     const floatX *pre_gelu, int C, int rows, int OC, cudaStream_t s) {
-    matmul_fp8(dinp, wt, FP8_E4M3, w_deq, g, FP8_E5M2, g_deq, NULL, C, rows, OC, OC, OC, C, 0.0f, 0, s);
+static void fp8_dinp(const MatmulModes *modes, floatX *dinp, const uint8_t *wt, const float *w_deq, const uint8_t *g,
+                     const float *g_deq, const floatX *pre_gelu, int C, int rows, int OC, cudaStream_t s) {
+    matmul_fp8(modes, dinp, wt, FP8_E4M3, w_deq, g, FP8_E5M2, g_deq, NULL, C, rows, OC, OC, OC, C, 0.0f, 0, s);
     if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)rows * C, s);
 }
 
 // dinp (N, C) = dout (N, OC) W [* gelu'(pre_gelu)], written; dweight (OC, C) += dout^T inp;
 // dbias (OC, NULL: none) += dout's column sums (scratch: bias_grad_scratch_floats(OC)), in the
-// pass that finds dout's amax where the gradient scales itself.
+// pass that finds dout's amax where the gradient scales itself; modes: the matmuls'.
 // inp must be the tensor of the site's last forward (its scale is that forward's).
-static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
-                                const floatX *dout, const floatX *W,
+static void fp8_linear_backward(Fp8Linear *f, const MatmulModes *modes, int site, floatX *dinp, floatX *dweight,
+                                floatX *dbias, float *scratch, const floatX *dout, const floatX *W,
                                 const floatX *inp, const floatX *pre_gelu, int N, cudaStream_t s) {
     int OC = f->oc[site], C = f->c[site];
     const uint8_t *wt = fp8_weight_codes(f, site, W, 1, s);
@@ -413,8 +415,9 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
         // C rows of OC)^T-op times g; dweight (col-major C x OC) += (x^T: C rows of N) with g^T
         fp8_quantize_both(buf[0], buf[1], amax, dout, g_scale, N, OC, FP8_E5M2, s);
         fp8_quantize_transpose(buf[2], NULL, inp, x_scale, N, C, FP8_E4M3, s);
-        fp8_dinp(dinp, wt, w_deq, buf[0], g_deq, pre_gelu, C, N, OC, s);
-        matmul_fp8(dweight, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, OC, N, N, N, C, 1.0f, 0, s);
+        fp8_dinp(modes, dinp, wt, w_deq, buf[0], g_deq, pre_gelu, C, N, OC, s);
+        matmul_fp8(modes, dweight, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, OC, N, N, N, C, 1.0f, 0,
+                   s);
         return;
     }
     // dinp, by row chunks of g: each row of dinp is one matmul's
@@ -423,8 +426,8 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
         int rows = N - r0 < R ? N - r0 : R;
         fp8_quantize(buf[0], amax, dout + (size_t)r0 * OC, g_scale, (size_t)rows * OC, FP8_E5M2, s);
         // dinp rows (col-major C x rows) = (W^T: C rows of OC codes)^T-op times g rows
-        fp8_dinp(dinp + (size_t)r0 * C, wt, w_deq, buf[0], g_deq, pre_gelu ? pre_gelu + (size_t)r0 * C : NULL, C,
-                 rows, OC, s);
+        fp8_dinp(modes, dinp + (size_t)r0 * C, wt, w_deq, buf[0], g_deq, pre_gelu ? pre_gelu + (size_t)r0 * C : NULL,
+                 C, rows, OC, s);
     }
     // dweight (col-major C x OC) += (x^T: C rows of N codes) with (g^T: OC rows of N codes),
     // split as fp8_dweight_plan says
@@ -435,7 +438,7 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
         for (int o0 = 0; o0 < OC; o0 += S) {
             int n = OC - o0 < S ? OC - o0 : S;
             fp8_quantize_transpose_ld(buf[1], NULL, dout + o0, (size_t)OC, g_scale, N, n, FP8_E5M2, s);
-            matmul_fp8(dweight + (size_t)o0 * C, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, n,
+            matmul_fp8(modes, dweight + (size_t)o0 * C, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, n,
                        N, N, N, C, 1.0f, 0, s);
         }
     } else if (way == FP8_DW_IN_SLICES) {
@@ -443,15 +446,15 @@ static void fp8_linear_backward(Fp8Linear *f, int site, floatX *dinp, floatX *dw
         for (int c0 = 0; c0 < C; c0 += S) {
             int m = C - c0 < S ? C - c0 : S;
             fp8_quantize_transpose_ld(buf[2], NULL, inp + c0, (size_t)C, x_scale, N, m, FP8_E4M3, s);
-            matmul_fp8(dweight + c0, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, m, OC, N, N, N, C,
-                       1.0f, 0, s);
+            matmul_fp8(modes, dweight + c0, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, m, OC, N, N, N,
+                       C, 1.0f, 0, s);
         }
     } else {
         for (int r0 = 0; r0 < N; r0 += S) {
             int rows = N - r0 < S ? N - r0 : S;
             fp8_quantize_transpose(buf[1], NULL, dout + (size_t)r0 * OC, g_scale, rows, OC, FP8_E5M2, s);
             fp8_quantize_transpose(buf[2], NULL, inp + (size_t)r0 * C, x_scale, rows, C, FP8_E4M3, s);
-            matmul_fp8(dweight, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows,
+            matmul_fp8(modes, dweight, buf[2], FP8_E4M3, x_deq, buf[1], FP8_E5M2, g_deq, NULL, C, OC, rows, rows,
                        rows, C, 1.0f, 0, s);
         }
     }

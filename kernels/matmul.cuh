@@ -14,11 +14,19 @@ static cublasLtHandle_t g_cublaslt;
 static cublasHandle_t g_cublas;
 static void *g_cublaslt_workspace;
 static const size_t CUBLASLT_WORKSPACE_BYTES = 32u << 20;
-static int g_fuse_gelu = 1;  // 0: GELU as a separate kernel (--fuse-gelu 0), or when cuBLASLt lacks it
-// 1 while a shape's first call should time cuBLASLt's candidates and keep the fastest
-// (the trainer sets it for one pass before training, with --deterministic 0); 0: the
-// heuristic's first choice, the same on every run
-static int g_matmul_tune = 0;
+// How the matmuls run, owned by whoever owns their results (the model, gpu/model.cuh) and
+// passed to every call that launches one.
+typedef struct {
+    // 1: GELU in the forward matmul's epilogue and its derivative in dinp's; 0: kernels of
+    // their own (--fuse-gelu 0, or for good once cuBLASLt offers no fused epilogue for the
+    // type: matmul_forward writes the 0)
+    int fuse_gelu;
+    // 1 while a shape's first call should time cuBLASLt's candidates and keep the fastest
+    // (the trainer sets it for one pass before training, with --deterministic 0); 0: the
+    // heuristic's first choice, the same on every run
+    int tune;
+} MatmulModes;
+static const MatmulModes MATMUL_MODES_DEFAULT = {1, 0};
 #define MATMUL_TUNE_CANDIDATES 8
 static int g_tuned_shapes = 0, g_tuned_changed = 0;  // shapes timed; of those, not the first choice
 
@@ -46,7 +54,7 @@ static void matmul_free(void) {
 
 // One chosen algorithm per distinct call shape, so the same shape always runs the same
 // algorithm within a run, and the heuristic runs once per shape. (Across runs too, unless
-// g_matmul_tune picked by timing.)
+// MatmulModes.tune picked by timing.)
 typedef struct {
     int m, n, k, ta, tb, lda, ldb, ldd, epi, has_bias, beta_nonzero;
     int variant;  // 0: floatX operands (matmul_lt); else the FP8 operand formats and accumulation (kernels/fp8.cuh)
@@ -187,10 +195,10 @@ static cublasLtMatmulAlgo_t fastest_algo(const LtCall *c, const cublasLtMatmulHe
 }
 
 // The plan for call c with this key: found, or on the shape's first call made with the
-// heuristic's first choice (or, while g_matmul_tune, the fastest of its candidates, timed
-// by running c on D, A, B); plan->ok is 0 when cuBLASLt offers no algorithm.
+// heuristic's first choice (or, with tune, the fastest of its candidates, timed by running
+// c on D, A, B); plan->ok is 0 when cuBLASLt offers no algorithm.
 static MatmulPlan *matmul_plan_choose(const MatmulPlan *shape, const LtCall *c, floatX *D, const void *A,
-                                      const void *B, float beta, cudaStream_t s) {
+                                      const void *B, float beta, int tune, cudaStream_t s) {
     MatmulPlan key = *shape;
     key.align_a = operand_alignment(A);
     key.align_b = operand_alignment(B);
@@ -199,7 +207,7 @@ static MatmulPlan *matmul_plan_choose(const MatmulPlan *shape, const LtCall *c, 
     MatmulPlan *plan = matmul_plan_get(&key, &added);
     if (added) {
         cublasLtMatmulHeuristicResult_t h[MATMUL_TUNE_CANDIDATES];
-        int na = lt_call_heuristic(c, h, g_matmul_tune ? MATMUL_TUNE_CANDIDATES : 1, key.align_a, key.align_b,
+        int na = lt_call_heuristic(c, h, tune ? MATMUL_TUNE_CANDIDATES : 1, key.align_a, key.align_b,
                                    key.align_d);
         plan->ok = na > 0;
         if (plan->ok) plan->algo = na > 1 ? fastest_algo(c, h, na, D, A, B, beta, s) : h[0].algo;
@@ -209,8 +217,8 @@ static MatmulPlan *matmul_plan_choose(const MatmulPlan *shape, const LtCall *c, 
 
 // D (m x n, col-major, ld ldd) = epilogue(alpha * op(A) op(B) + beta * D [+ bias]).
 // Returns 0 if cuBLASLt offers no algorithm for this combination (caller falls back).
-static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bias, int m, int n, int k,
-                     int ta, int tb, int lda, int ldb, int ldd, float beta, cublasLtEpilogue_t epi,
+static int matmul_lt(const MatmulModes *modes, floatX *D, const floatX *A, const floatX *B, const void *bias, int m,
+                     int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta, cublasLtEpilogue_t epi,
                      const floatX *aux, int ldaux, cudaStream_t s) {
     LtCall c;
     lt_call_create(&c, bias, m, n, k, ta, tb, lda, ldb, ldd, epi, aux, ldaux);
@@ -219,7 +227,7 @@ static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bi
     memset(&key, 0, sizeof key);
     key.m = m; key.n = n; key.k = k; key.ta = ta; key.tb = tb; key.lda = lda; key.ldb = ldb; key.ldd = ldd;
     key.epi = (int)epi; key.has_bias = bias != NULL; key.beta_nonzero = beta != 0.0f;
-    MatmulPlan *plan = matmul_plan_choose(&key, &c, D, A, B, beta, s);
+    MatmulPlan *plan = matmul_plan_choose(&key, &c, D, A, B, beta, modes->tune, s);
     int ok = plan->ok;
     if (ok) {
         float alpha = 1.0f;
@@ -232,17 +240,17 @@ static int matmul_lt(floatX *D, const floatX *A, const floatX *B, const void *bi
 
 // out (N, OC) = inp (N, C) @ weight^T + bias. With pre_gelu != NULL: pre_gelu = that, and
 // out = gelu(pre_gelu) (fused in the epilogue when possible). bias may be NULL.
-static void matmul_forward(floatX *out, floatX *pre_gelu, const floatX *inp, const floatX *weight,
-                           const floatX *bias, int N, int C, int OC, cudaStream_t s) {
-    if (pre_gelu && g_fuse_gelu) {
+static void matmul_forward(MatmulModes *modes, floatX *out, floatX *pre_gelu, const floatX *inp,
+                           const floatX *weight, const floatX *bias, int N, int C, int OC, cudaStream_t s) {
+    if (pre_gelu && modes->fuse_gelu) {
         cublasLtEpilogue_t e = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        if (matmul_lt(out, weight, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, e, pre_gelu, OC, s)) return;
-        g_fuse_gelu = 0;  // not offered for this type: use the separate kernel from now on
+        if (matmul_lt(modes, out, weight, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, e, pre_gelu, OC, s)) return;
+        modes->fuse_gelu = 0;  // not offered for this type: use the separate kernel from now on
         fprintf(stderr, "note: cuBLASLt offers no fused GELU epilogue here; using the separate GELU kernel\n");
     }
     floatX *dst = pre_gelu ? pre_gelu : out;
     cublasLtEpilogue_t e = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    if (!matmul_lt(dst, weight, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, e, NULL, 0, s)) {
+    if (!matmul_lt(modes, dst, weight, inp, bias, OC, N, C, 1, 0, C, C, OC, 0.0f, e, NULL, 0, s)) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the forward matmul N=%d C=%d OC=%d\n", N, C, OC);
         fatal_exit();
     }
@@ -317,25 +325,26 @@ static void bias_backward(floatX *dbias, float *scratch, const floatX *dout, int
 // dweight (OC, C) += dout^T @ inp                 (accumulated)
 // dbias (OC) += column sums of dout               (accumulated; skipped if dbias == NULL)
 // scratch: bias_grad_scratch_floats(OC) floats
-static void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, float *scratch, const floatX *dout,
-                            const floatX *inp, const floatX *weight, const floatX *pre_gelu,
+static void matmul_backward(MatmulModes *modes, floatX *dinp, floatX *dweight, floatX *dbias, float *scratch,
+                            const floatX *dout, const floatX *inp, const floatX *weight, const floatX *pre_gelu,
                             int N, int C, int OC, cudaStream_t s) {
     if (dbias) bias_backward(dbias, scratch, dout, N, OC, OC, s);
     // dinp^T (C x N) = W^T-as-stored (C x OC, no transpose) * dout^T (OC x N)
     int done = 0;
-    if (pre_gelu && g_fuse_gelu)
-        done = matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DGELU, pre_gelu, C,
-                         s);
+    if (pre_gelu && modes->fuse_gelu)
+        done = matmul_lt(modes, dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DGELU,
+                         pre_gelu, C, s);
     if (!done) {
-        if (!matmul_lt(dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0,
-                       s)) {
+        if (!matmul_lt(modes, dinp, weight, dout, NULL, C, N, OC, 0, 0, C, OC, C, 0.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                       NULL, 0, s)) {
             fprintf(stderr, "error: cuBLASLt has no algorithm for the backward matmul N=%d C=%d OC=%d\n", N, C, OC);
             fatal_exit();
         }
         if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (long)N * C, s);
     }
     // dweight^T (C x OC) += inp^T (C x N) * dout (N x OC)
-    if (!matmul_lt(dweight, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0, s)) {
+    if (!matmul_lt(modes, dweight, inp, dout, NULL, C, OC, N, 0, 1, C, OC, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0,
+                   s)) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the weight-gradient matmul N=%d C=%d OC=%d\n", N, C, OC);
         fatal_exit();
     }

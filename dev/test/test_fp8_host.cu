@@ -277,15 +277,16 @@ static void test_scale_recipe(void) {
 
 // the matmul arguments cuBLASLt's FP8 kernels cannot take are refused before the GPU is touched
 #define P(x) ((const void *)(uintptr_t)(x))
+static const MatmulModes g_modes = MATMUL_MODES_DEFAULT;
 static void fp8_bad_call(const char *arg) {
     (void)arg;
-    matmul_fp8((floatX *)4096, (const uint8_t *)4096, FP8_E5M2, NULL, (const uint8_t *)8192, FP8_E5M2, NULL, NULL,
-               64, 64, 64, 64, 64, 64, 0.0f, 0, 0);
+    matmul_fp8(&g_modes, (floatX *)4096, (const uint8_t *)4096, FP8_E5M2, NULL, (const uint8_t *)8192, FP8_E5M2, NULL,
+               NULL, 64, 64, 64, 64, 64, 64, 0.0f, 0, 0);
 }
 static void fp8_bad_shape(const char *arg) {
     (void)arg;
-    matmul_fp8((floatX *)4096, (const uint8_t *)4096, FP8_E4M3, NULL, (const uint8_t *)8192, FP8_E5M2, NULL, NULL,
-               768, 100, 768, 768, 768, 768, 0.0f, 0, 0);
+    matmul_fp8(&g_modes, (floatX *)4096, (const uint8_t *)4096, FP8_E4M3, NULL, (const uint8_t *)8192, FP8_E5M2, NULL,
+               NULL, 768, 100, 768, 768, 768, 768, 0.0f, 0, 0);
 }
 static void test_matmul_refusals(void) {
     struct { const void *D, *A; Fp8Format fa; const void *B; Fp8Format fb; int m, n, k, lda, ldb, ldd;
