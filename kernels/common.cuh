@@ -42,18 +42,6 @@ static inline void cublas_check_impl(cublasStatus_t s, const char *what, const c
 // after every kernel launch: catches bad launch configurations at once (no sync)
 #define LAUNCH_CHECK() cuda_check_impl(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
-// The step's scalars on the device (GpuTrainer.info, INFO_SLOTS floats): written and read by
-// the loss, norm, update and collective kernels, so a step needs one host sync only.
-enum {
-    INFO_NORM = 0,      // the gradient norm (unscaled)
-    INFO_CLIP = 1,      // the factor that turns the stored gradients into clipped true ones
-    INFO_LOSS = 2,      // the step's mean training loss
-    INFO_VAL_LOSS = 3,  // the validation loss being accumulated
-    INFO_SUMSQ = 4,     // the gradients' sum of squares (this rank's, then all ranks')
-    INFO_BARRIER = 5,   // a dummy all-reduced as a barrier between ranks
-    INFO_SLOTS = 8
-};
-
 // ---------------------------------------------------------------------------
 // storage precision of parameters, gradients and activations
 
