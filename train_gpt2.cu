@@ -25,7 +25,8 @@
 //   gpu/trace_gpu.cuh      --trace's GPU rows: kernels, copies and phases from CUPTI
 //   gpu/generate.cuh       sampling and --generate with a KV cache
 //   gpu/device_check.cuh   the GPU refused below compute capability 8.0 or without code for it
-//   kernels/<layer>.cuh    one layer's kernels and launchers a file (and comm, offload, graphs)
+//   kernels/<layer>.cuh    one layer's kernels and launchers a file (and comm, offload, graphs,
+//                          step_info.cuh: the slots of the step's scalars on the device)
 //   common/*.h             what both trainers share: options, data loader, formats, logger, tokenizer
 #include "common/util.h"
 #include "common/args.h"

@@ -29,13 +29,15 @@
 // (bg below). data_s counts the seconds the caller spent in dataloader_next: reading, or
 // waiting for the thread (the data stall).
 //
-// Test hook: GPT2_TEST_READ_DELAY_MS=N makes every read sleep N ms (a slow disk).
+// Test hook (common/test_hooks.h): GPT2_TEST_READ_DELAY_MS=N makes every read sleep N ms
+// (a slow disk).
 //
 // Header-only C11 that also compiles as C++ (the GPU trainer includes it).
 #ifndef COMMON_DATALOADER_H
 #define COMMON_DATALOADER_H
 
 #include "util.h"
+#include "test_hooks.h"
 #include <glob.h>
 
 #define SHARD_MAGIC 20240520
@@ -307,8 +309,7 @@ static inline void dataloader_init(DataLoader *dl, const char *pattern, int B, i
     dl->cur_shard = -1;
     dl->buf = (uint8_t *)xmalloc(((size_t)B * T + 1) * 4);
     dl->epoch = dl->shard_index = dl->sample_index = 0;
-    const char *delay = getenv("GPT2_TEST_READ_DELAY_MS");
-    dl->read_delay_ms = delay ? atoi(delay) : 0;
+    dl->read_delay_ms = test_hooks()->read_delay_ms;
 }
 
 // Reads the batch at the position and advances it (the thread's read, or the caller's).

@@ -6,6 +6,7 @@
 #ifndef COMMON_HELLASWAG_H
 #define COMMON_HELLASWAG_H
 #include "util.h"
+#include "test_hooks.h"
 
 #define HELLASWAG_MAGIC 20240522
 #define HELLASWAG_VERSION 1
@@ -153,11 +154,12 @@ static inline int hellaswag_choice(const float mean_loss[HELLASWAG_COMPLETIONS])
     return best;
 }
 
-// Test hook: GPT2_TEST_HELLASWAG_CHOICES=FILE makes a one-rank run write each example's
-// chosen completion there, one a line, to be held against dev/hellaswag_ref.py's.
+// Test hook (common/test_hooks.h): GPT2_TEST_HELLASWAG_CHOICES=FILE makes a one-rank run
+// write each example's chosen completion there, one a line, to be held against
+// dev/hellaswag_ref.py's.
 static inline void hellaswag_write_choices(const int *choices, int n) {
-    const char *path = getenv("GPT2_TEST_HELLASWAG_CHOICES");
-    if (!path || !*path) return;
+    const char *path = test_hooks()->hellaswag_choices;
+    if (!path) return;
     FILE *f = xfopen(path, "w");
     for (int i = 0; i < n; i++) fprintf(f, "%d\n", choices[i]);
     xfclose(f, path);
@@ -179,7 +181,7 @@ static inline HellaSwagScore hellaswag_evaluate(const HellaSwag *h, int B, int T
     int *first = (int *)xmalloc((size_t)B * sizeof(int)), *count = (int *)xmalloc((size_t)B * sizeof(int));
     HellaSwagScore s = {0, 0, 0};
     int *own_choices = NULL;
-    if (!choices && world == 1 && getenv("GPT2_TEST_HELLASWAG_CHOICES"))
+    if (!choices && world == 1 && test_hooks()->hellaswag_choices)
         choices = own_choices = (int *)xmalloc((size_t)h->n * sizeof(int));
     for (long r0 = 0; r0 < batches_rows; r0 += B) {
         for (int b = 0; b < B; b++) {

@@ -7,6 +7,7 @@
 #ifndef COMMON_LOSS_SCALER_H
 #define COMMON_LOSS_SCALER_H
 #include "util.h"
+#include "test_hooks.h"
 #include <math.h>
 
 #define LOSS_SCALE_INIT 65536.0f
@@ -20,15 +21,14 @@ typedef struct {
     int window;      // clean steps that double S
 } LossScaler;
 
-// Test hook, read from the environment: GPT2_TEST_LOSS_SCALE_WINDOW=N replaces the window
-// of 1000 steps, so that a short run exercises the doubling (and GPT2_TEST_OVERFLOW_STEPS,
-// common/run_state.h, the halving).
+// Test hook (common/test_hooks.h): GPT2_TEST_LOSS_SCALE_WINDOW=N replaces the window of
+// 1000 steps, so that a short run exercises the doubling (and GPT2_TEST_OVERFLOW_STEPS the
+// halving).
 static inline void loss_scaler_init(LossScaler *s, float scale) {
     s->scale = scale;
     s->good_steps = 0;
-    long w;
-    const char *e = getenv("GPT2_TEST_LOSS_SCALE_WINDOW");
-    s->window = e && parse_long(e, &w) && w > 0 && w < 1000000 ? (int)w : LOSS_SCALE_WINDOW;
+    int w = test_hooks()->loss_scale_window;
+    s->window = w > 0 ? w : LOSS_SCALE_WINDOW;
 }
 
 // After a step with its (unscaled) loss and gradient norm: returns -1 if S was halved

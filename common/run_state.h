@@ -9,6 +9,7 @@
 #include "dataloader.h"
 #include "outlier.h"
 #include "update_rule.h"
+#include "test_hooks.h"
 
 // ---------------------------------------------------------------------------
 // The run's settings, recorded in the training state so that a resume can say what
@@ -96,17 +97,13 @@ static inline void updates_record(TrainState *run, int step1, float loss, float 
 // plus this one, so that skipped steps do not advance the bias correction.
 static inline int adamw_step_count(const TrainState *run, int step1) { return step1 - run->skipped_total; }
 
-// Test hook: GPT2_TEST_OVERFLOW_STEPS=5,9 makes those steps' gradients non-finite, so that
-// a short run exercises the skipped update (and in the fp16 build the loss scaler).
+// Test hook: whether GPT2_TEST_OVERFLOW_STEPS (common/test_hooks.h) names step step1, whose
+// gradients the trainer then makes non-finite, so that a short run exercises the skipped
+// update (and in the fp16 build the loss scaler).
 static inline int test_overflow_step(int step1) {
-    const char *e = getenv("GPT2_TEST_OVERFLOW_STEPS");
-    for (const char *p = e; p && *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        if (v == step1) return 1;
-        p = *end == ',' ? end + 1 : end;
-    }
+    const TestHooks *h = test_hooks();
+    for (int i = 0; i < h->n_overflow_steps; i++)
+        if (h->overflow_steps[i] == step1) return 1;
     return 0;
 }
 

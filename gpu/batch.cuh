@@ -3,13 +3,13 @@
 // capacity B*T (BATCH_*): two (HOST_BATCH_A, _B) taken in turn by batch_upload (evaluation,
 // sampling), one (HOST_BATCH_STAGED) where training's next batch is prepared while the GPU
 // still runs the current one. Preparing a batch checks its ids and groups its positions by
-// token for the deterministic embedding backward (kernels/encoder.cuh): host work that the
-// GPU would otherwise wait for at every micro-step. TrainBatches feeds training from the
-// data loader (or, with --overfit, its first batch again).
+// token (encoder_build_buckets) for the deterministic embedding backward
+// (kernels/encoder.cuh): host work that the GPU would otherwise wait for at every
+// micro-step. TrainBatches feeds training from the data loader (or, with --overfit, its
+// first batch again).
 #pragma once
 #include "../common/dataloader.h"
 #include "../kernels/common.cuh"
-#include "../kernels/encoder.cuh"
 #include "model.cuh"  // DeviceBatch
 
 enum { BATCH_INPUTS, BATCH_TARGETS, BATCH_POSITIONS, BATCH_BUCKET_TOKEN, BATCH_BUCKET_START, BATCH_FIELDS };
@@ -67,6 +67,33 @@ static DeviceBatch batch_on_device(BatchStager *b, int for_graph) {
     d.nb = for_graph ? (int)(N < V ? N : V) : b->nb;
     d.bucket_count = for_graph ? batch_bucket_count(b, b->d_batch) : NULL;
     return d;
+}
+
+// Groups the B*T positions by token id for encoder_backward (kernels/encoder.cuh), a
+// counting sort on the host. Writes, for nb distinct tokens in order of first appearance,
+// bucket_token[i], bucket_start[i..i+1) into positions[]; positions within a bucket are
+// increasing. counts is scratch of vocab_size ints, all zero on entry and on exit.
+// Returns nb.
+static int encoder_build_buckets(const int *inp, int BT, int vocab_size, int *counts, int *positions,
+                                 int *bucket_token, int *bucket_start) {
+    (void)vocab_size;
+    int nb = 0;
+    // counts[v] temporarily holds (bucket index + 1) of token v
+    for (int i = 0; i < BT; i++) {
+        int v = inp[i];
+        if (counts[v] == 0) { bucket_token[nb] = v; bucket_start[nb] = 0; counts[v] = ++nb; }
+        bucket_start[counts[v] - 1]++;
+    }
+    // sizes -> exclusive prefix sums
+    int run = 0;
+    for (int b = 0; b < nb; b++) { int sz = bucket_start[b]; bucket_start[b] = run; run += sz; }
+    bucket_start[nb] = run;
+    // scatter positions in increasing order (uses bucket_start as a moving cursor, then restores)
+    for (int i = 0; i < BT; i++) positions[bucket_start[counts[inp[i]] - 1]++] = i;
+    for (int b = nb; b > 0; b--) bucket_start[b] = bucket_start[b - 1];
+    bucket_start[0] = 0;
+    for (int b = 0; b < nb; b++) counts[bucket_token[b]] = 0;
+    return nb;
 }
 
 // Fills the pinned buffer h with a micro-batch: the ids (checked against the vocabulary),

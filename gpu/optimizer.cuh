@@ -18,6 +18,7 @@
 #include "../kernels/global_norm.cuh"
 #include "../kernels/offload.cuh"
 #include "../kernels/step_graph.cuh"
+#include "../kernels/step_info.cuh"
 #include "model.cuh"
 #include "data_parallel.cuh"
 #include "zero3.cuh"
@@ -160,7 +161,7 @@ static UpdateRuns update_runs(const Optimizer *o, const GPT2 *model, int k) {
 typedef struct {
     Optimizer *o;
     GPT2 *model;
-    float *info;  // the step's scalars (kernels/common.cuh's INFO_*)
+    float *info;  // the step's scalars (kernels/step_info.cuh's INFO_*)
     const AdamWConfig *h;
 } UpdateCtx;
 

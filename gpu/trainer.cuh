@@ -8,6 +8,7 @@
 #pragma once
 #include "../common/loss_scaler.h"
 #include "../kernels/step_graph.cuh"
+#include "../kernels/step_info.cuh"
 #include "settings.cuh"
 #include "model.cuh"
 #include "fp8_layers.cuh"
@@ -30,7 +31,7 @@ typedef struct {
                             // (trainer_step_begin)
     StepGraph micro_graph;  // --cuda-graph 1: forward, loss and backward of a micro-step
     int micro_warm;         // a micro-step has run eagerly (matmul plans, first launches)
-    float *info;            // the step's scalars on the device (kernels/common.cuh's INFO_*)
+    float *info;            // the step's scalars on the device (kernels/step_info.cuh's INFO_*)
     PhaseTimer phases;
 } GpuTrainer;
 

@@ -9,8 +9,8 @@
 // params + s * stride, at grads + s * grad_stride (stride, or len for ZeRO-2's compact
 // gradient shard) and at m/v/master + s * len (the rank's compact state).
 // The update is skipped on the device by common/update_rule.h's rule (a non-finite or
-// outlier loss or gradient norm; info: [0] norm, [1] clip factor, [2] loss), so the host
-// never waits for it.
+// outlier loss or gradient norm; info's INFO_NORM, INFO_CLIP and INFO_LOSS slots,
+// kernels/step_info.cuh), so the host never waits for it.
 // What changes from step to step (learning rate, bias corrections, outlier limits, the
 // rounding seed) the kernel reads from an AdamWStep in device memory, so that a CUDA graph
 // of the update (--cuda-graph 1), captured once, serves every step.
@@ -18,6 +18,7 @@
 // unbiased by stochastic rounding; the state file holds them as fp32 either way.
 #pragma once
 #include "common.cuh"
+#include "step_info.cuh"
 #include "../common/checkpoint.h"  // float_to_bf16, bf16_to_float: the moments on the host
 #include "../common/update_rule.h"
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <math.h>
 #include "../common/util.h"
+#include "../common/test_hooks.h"
 
 // ---------------------------------------------------------------------------
 // error checks: every CUDA and cuBLAS call goes through one of these
@@ -40,18 +41,6 @@ static inline void cublas_check_impl(cublasStatus_t s, const char *what, const c
 #define CUBLAS_CHECK(call) cublas_check_impl((call), #call, __FILE__, __LINE__)
 // after every kernel launch: catches bad launch configurations at once (no sync)
 #define LAUNCH_CHECK() cuda_check_impl(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
-
-// The step's scalars on the device (GpuTrainer.info, INFO_SLOTS floats): written and read by
-// the loss, norm, update and collective kernels, so a step needs one host sync only.
-enum {
-    INFO_NORM = 0,      // the gradient norm (unscaled)
-    INFO_CLIP = 1,      // the factor that turns the stored gradients into clipped true ones
-    INFO_LOSS = 2,      // the step's mean training loss
-    INFO_VAL_LOSS = 3,  // the validation loss being accumulated
-    INFO_SUMSQ = 4,     // the gradients' sum of squares (this rank's, then all ranks')
-    INFO_BARRIER = 5,   // a dummy all-reduced as a barrier between ranks
-    INFO_SLOTS = 8
-};
 
 // ---------------------------------------------------------------------------
 // storage precision of parameters, gradients and activations
@@ -190,27 +179,26 @@ static inline int ceil_div(long a, long b) { return (int)((a + b - 1) / b); }
 // sm_80, 227 KB on sm_90). Asked once per device, since launchers ask at every launch; NULL
 // where no GPU answers (a memory plan made without one), and then asked again next time.
 //
-// GPT2_TEST_GPU_CAP=80|86|89 lowers both to that architecture's, so that a newer GPU takes
-// the kernels and tile shapes an A100 (80), an RTX 30xx/A10 (86) or an RTX 40xx/L4 (89)
-// would: no wgmma below 9.0, no FP8 below 8.9, tiles that fit 163 or 99 KB. Registers per
-// thread and per SM are the same on all of them; shared memory per SM only bounds how many
-// blocks share an SM, which no launcher chooses by. With the build's compute_80 PTX
-// (make GPU_ARCH=ptx) the code itself is then what those GPUs compile. A test mode: it says
-// so on stderr once.
+// The test hook GPT2_TEST_GPU_CAP=80|86|89 (common/test_hooks.h) lowers both to that
+// architecture's, so that a newer GPU takes the kernels and tile shapes an A100 (80), an
+// RTX 30xx/A10 (86) or an RTX 40xx/L4 (89) would: no wgmma below 9.0, no FP8 below 8.9,
+// tiles that fit 163 or 99 KB. Registers per thread and per SM are the same on all of
+// them; shared memory per SM only bounds how many blocks share an SM, which no launcher
+// chooses by. With the build's compute_80 PTX (make GPU_ARCH=ptx) the code itself is then
+// what those GPUs compile. A test mode: it says so on stderr once; a value other than
+// those is refused here, when the GPU is first asked.
 struct DeviceCaps {
     int cc;          // major * 10 + minor
     int smem_optin;  // bytes
 };
-// the test cap from the environment: 0 when unset; a value other than 80, 86, 89 is refused
+// the test cap: 0 when unset; a value other than 80, 86, 89 is refused
 static int device_caps_test_cap(int *smem_optin) {
-    const char *e = getenv("GPT2_TEST_GPU_CAP");
-    if (!e || !*e) return 0;
-    static const struct { const char *name; int cc, smem; } caps[] = {
-        {"80", 80, 163 * 1024}, {"86", 86, 99 * 1024}, {"89", 89, 99 * 1024}};
-    for (const auto &c : caps)
-        if (strcmp(e, c.name) == 0) { *smem_optin = c.smem; return c.cc; }
-    fatal("GPT2_TEST_GPU_CAP=%s: the test cap is 80 (A100), 86 (RTX 30xx, A10) or 89 (RTX 40xx, L4)", e);
-    return 0;
+    const TestHooks *h = test_hooks();
+    if (h->gpu_cap < 0)
+        fatal("GPT2_TEST_GPU_CAP=%s: the test cap is 80 (A100), 86 (RTX 30xx, A10) or 89 (RTX 40xx, L4)",
+              h->gpu_cap_text);
+    *smem_optin = h->gpu_cap_smem_optin;
+    return h->gpu_cap;
 }
 static const DeviceCaps *device_caps(void) {
     enum { MAX_DEVICES = 64 };

@@ -1,9 +1,9 @@
-// kernels/encoder.cuh: token + position embedding.
+// kernels/encoder.cuh: token + position embedding, its kernels and their launchers.
 // forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 // backward: dwpe[t,:] += sum_b dout[b,t,:]; dwte[v,:] += sum over positions holding v.
-// The backward is deterministic with no atomics: the host groups positions by token id
-// (encoder_build_buckets, a counting sort done while the batch is still on the host),
-// and one thread block sums one token's positions in a fixed order.
+// The backward is deterministic with no atomics: it takes the batch's positions grouped
+// by token id (buckets; gpu/batch.cuh builds them on the host while the batch is still
+// there), and one thread block sums one token's positions in a fixed order.
 #pragma once
 #include "common.cuh"
 
@@ -24,32 +24,6 @@ static void encoder_forward(floatX *out, const int *inp, const floatX *wte, cons
     long n = (long)B * T * (C / X128::size);
     encoder_forward_kernel<<<ceil_div(n, 256), 256, 0, s>>>(out, inp, wte, wpe, B, T, C);
     LAUNCH_CHECK();
-}
-
-// Host: groups the B*T positions by token id. Writes, for nb distinct tokens in order of
-// first appearance, bucket_token[i], bucket_start[i..i+1) into positions[]; positions
-// within a bucket are increasing. counts is scratch of vocab_size ints, all zero on entry
-// and on exit. Returns nb.
-static int encoder_build_buckets(const int *inp, int BT, int vocab_size, int *counts, int *positions,
-                                 int *bucket_token, int *bucket_start) {
-    (void)vocab_size;
-    int nb = 0;
-    // counts[v] temporarily holds (bucket index + 1) of token v
-    for (int i = 0; i < BT; i++) {
-        int v = inp[i];
-        if (counts[v] == 0) { bucket_token[nb] = v; bucket_start[nb] = 0; counts[v] = ++nb; }
-        bucket_start[counts[v] - 1]++;
-    }
-    // sizes -> exclusive prefix sums
-    int run = 0;
-    for (int b = 0; b < nb; b++) { int sz = bucket_start[b]; bucket_start[b] = run; run += sz; }
-    bucket_start[nb] = run;
-    // scatter positions in increasing order (uses bucket_start as a moving cursor, then restores)
-    for (int i = 0; i < BT; i++) positions[bucket_start[counts[inp[i]] - 1]++] = i;
-    for (int b = nb; b > 0; b--) bucket_start[b] = bucket_start[b - 1];
-    bucket_start[0] = 0;
-    for (int b = 0; b < nb; b++) counts[bucket_token[b]] = 0;
-    return nb;
 }
 
 // grid (nb, ceil(C / (32 * X128::size))): block (i, j) sums bucket i over channel tile j.

@@ -12,6 +12,7 @@
 //           inv_scale * (grad_clip / norm if norm > grad_clip > 0, else 1)
 #pragma once
 #include "common.cuh"
+#include "step_info.cuh"
 
 #define NORM_THREADS 512
 #define NORM_MAX_BLOCKS 256  // blocks per run, at most; partials per tensor = blocks * slabs
