@@ -5,16 +5,20 @@
 // Flags and files are those of the CPU trainer (train_gpt2.c), llm.c's included.
 //
 // Where things are (docs/architecture.md follows one step through them):
-//   gpu/settings.cuh       GpuSettings: every option, one table, checked before any GPU work
+//   gpu/settings.cuh       GpuSettings: every option, one table, checked before any GPU work;
+//                          gpu_settings_resolve (memory_plan.cuh) resolves them once for the model
 //   gpu/trainer.cuh        GpuTrainer: one rank's model and what trains it; micro-step, update,
 //                          evaluation and sampling forwards
 //   gpu/model.cuh          GPT2: parameters, gradients, activations, stream; forward, loss, backward
 //   gpu/activations.cuh    the activation buffers, one table; recomputation's shared slots
+//   gpu/linear.cuh         the linear layer (FP8 or the build's precision) and the table of the
+//                          model's linear layers
 //   gpu/fp8_layers.cuh     --fp8: which linear layers run in FP8, their weights' FP8 copies
+//   gpu/fp8_auto.cuh       --fp8-layers auto: each kind of linear layer timed both ways at start-up
 //   gpu/optimizer.cuh      Optimizer: ZeRO layout, master weights and moments (device, offload,
-//                          bf16), norm, clip, skip, AdamW, all-gather, the checkpoint's arrays
+//                          bf16), norm, clip, skip, AdamW, the checkpoint's arrays
 //   gpu/data_parallel.cuh  DataParallel: the gradients summed across ranks layer by layer, ZeRO-2's
-//                          slots, the loss's sum, a barrier
+//                          slots, ZeRO-1/2's all-gather, the loss's sum, a barrier
 //   gpu/zero3.cuh          ParamShards: -z 3's shard of the parameters, each layer gathered (or copied
 //                          in from host memory) just ahead of use
 //   gpu/batch.cuh          BatchStager, TrainBatches: micro-batches from the loader to the device

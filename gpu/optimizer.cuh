@@ -13,12 +13,12 @@
 // checkpoint's arrays), optimizer_free; the trainer does not reach inside.
 #pragma once
 #include "../common/distributed.h"
-#include "../common/train_options.h"
 #include "../kernels/adamw.cuh"
 #include "../kernels/global_norm.cuh"
 #include "../kernels/offload.cuh"
 #include "../kernels/step_graph.cuh"
 #include "../kernels/step_info.cuh"
+#include "settings.cuh"
 #include "model.cuh"
 #include "data_parallel.cuh"
 #include "zero3.cuh"
