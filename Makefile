@@ -83,9 +83,11 @@ PYTHON_TORCH ?= $(shell for p in python3 /usr/bin/python3; do \
 PYTHON ?= python3
 
 COMMON_H = $(wildcard common/*.h)
+# the GPU trainer's host code, plain C that the unit tests compile with gcc
+GPU_HOST_H = $(wildcard gpu/host/*.h)
 KERNELS_H = $(wildcard kernels/*.cuh)
 # the GPU trainer's modules (settings, model, optimizer, ...)
-GPU_H = $(wildcard gpu/*.cuh)
+GPU_H = $(wildcard gpu/*.cuh) $(GPU_HOST_H)
 COMM_CUH = kernels/comm.cuh kernels/common.cuh
 ATTN_CUH = kernels/attention.cuh kernels/attention_plain.cuh kernels/attention_mma.cuh kernels/attention_sm90.cuh \
            kernels/attention_sm90_ws.cuh $(MATMUL_CUH)
@@ -138,7 +140,7 @@ build/export_hf: dev/export_hf.c $(COMMON_H)  ## checkpoint <-> Hugging Face tra
 build/san/fuzz_readers: dev/data/prepro.c dev/test/testutil.h
 # its command-line cases run the program as built
 build/san/test_export_hf: build/export_hf
-build/san/%: dev/test/%.c $(COMMON_H) dev/test/testutil.h
+build/san/%: dev/test/%.c $(COMMON_H) $(GPU_HOST_H) dev/test/testutil.h
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. -fopenmp -pthread $(SAN_FLAGS) -o $@ $< $(LDLIBS)
 
@@ -161,7 +163,7 @@ build/libfault_shim.so: dev/test/fault_shim.c  ## the file-system fault shim of 
 	@mkdir -p build
 	$(CC) -std=c11 -Wall -Wextra -O2 -shared -fPIC -o $@ $< -ldl
 
-build/san/test_energy: dev/test/test_energy.c common/energy.h $(COMMON_H) build/fake_nvml/libnvidia-ml.so.1
+build/san/test_energy: dev/test/test_energy.c gpu/host/energy.h $(COMMON_H) build/fake_nvml/libnvidia-ml.so.1
 	@mkdir -p build/san
 	$(CC) -std=c11 -Wall -Wextra -I. $(SAN_FLAGS) -o $@ $< $(LDLIBS) -ldl
 
@@ -276,7 +278,7 @@ build/cuda_%/test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/c
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) $(NVCC_MPI) -o $@ test_gpt2.cu $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) common/energy.h build/cuda_%/nvcc_flags
+build/cuda_%/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) gpu/host/energy.h build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
@@ -290,7 +292,7 @@ build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) common/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
+build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) gpu/host/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_attention.cu $(NVCC_LIBS)
 
@@ -302,11 +304,11 @@ build/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/nvcc_flags  ## FP8 casts a
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) common/energy.h build/nvcc_flags  ## cuBLASLt algorithms, step shapes (GPU)
+build/bench_matmul: dev/bench_matmul.cu $(MATMUL_CUH) gpu/host/energy.h build/nvcc_flags  ## cuBLASLt algorithms, step shapes (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_matmul.cu $(NVCC_LIBS)
 
-build/bench_fp8: kernels/fp8_linear.cuh common/energy.h
+build/bench_fp8: kernels/fp8_linear.cuh gpu/host/energy.h
 build/bench_fp8: dev/bench_fp8.cu $(FP8_CUH) build/nvcc_flags  ## FP8 vs bf16, each matmul of a step: ms, J, floor (GPU 9.0, bf16)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/bench_fp8.cu $(NVCC_LIBS)

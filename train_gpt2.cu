@@ -29,6 +29,7 @@
 //   gpu/trace_gpu.cuh      --trace's GPU rows: kernels, copies and phases from CUPTI
 //   gpu/generate.cuh       sampling and --generate with a KV cache
 //   gpu/device_check.cuh   the GPU refused below compute capability 8.0 or without code for it
+//   gpu/host/*.h           host-only C: the step meter and energy, the memory budget, fp16's loss scale
 //   kernels/<layer>.cuh    one layer's kernels and launchers a file (and comm, offload, graphs,
 //                          step_info.cuh: the slots of the step's scalars on the device)
 //   common/*.h             what both trainers share: options, data loader, formats, logger, tokenizer
@@ -38,11 +39,11 @@
 #include "common/dataloader.h"
 #include "common/distributed.h"
 #include "common/logger.h"
-#include "common/memory_budget.h"
+#include "gpu/host/memory_budget.h"
 #include "common/rng.h"
 #include "common/run_summary.h"
 #include "common/schedule.h"
-#include "common/step_meter.h"
+#include "gpu/host/step_meter.h"
 #include "common/train_common.h"
 #include "gpu/settings.cuh"
 #include "gpu/trainer.cuh"

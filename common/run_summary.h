@@ -2,7 +2,7 @@
 // memory in one place (docs/formats.md#metrics-file). Scripts and studies read a run's figures
 // from it, so that neither the console's wording nor its rounding is an interface. Both
 // trainers fill one at the end of a run, the GPU trainer's timed steps through
-// common/step_meter.h; a figure a run does not have is NAN and written as null.
+// gpu/host/step_meter.h; a figure a run does not have is NAN and written as null.
 #ifndef COMMON_RUN_SUMMARY_H
 #define COMMON_RUN_SUMMARY_H
 #include "logger.h"

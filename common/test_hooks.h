@@ -8,7 +8,7 @@
 //                                    (test_overflow_step, common/run_state.h)
 //   GPT2_TEST_LOSS_SCALE_WINDOW=N    N clean steps in a row double fp16's loss scale instead
 //                                    of 1000, so that a short run doubles it too
-//                                    (common/loss_scaler.h); anything but 1..999999 is ignored
+//                                    (gpu/host/loss_scaler.h); anything but 1..999999 is ignored
 //   GPT2_TEST_HELLASWAG_CHOICES=FILE a one-rank HellaSwag evaluation writes each example's
 //                                    chosen completion there, one a line, to be held against
 //                                    dev/hellaswag_ref.py's (common/hellaswag.h)

@@ -20,7 +20,7 @@
 // Then the step's totals of both. GPU only: the bf16 build on a GPU of compute capability 9.0 (elsewhere it says
 // so and exits 77). The energy loops take most of its time: under a minute at the default size.
 //   build/bench_fp8 [B T C L Vp]      (default 64 1024 768 12 50304: GPT-2 124M, B=64)
-#include "common/energy.h"
+#include "gpu/host/energy.h"
 #include "kernels/fp8_linear.cuh"
 #include <algorithm>
 #include <vector>

@@ -7,7 +7,7 @@
 // sustained load, the clock the power limit then allows included; and a device-to-device
 // copy's joules per GB, for the memory-bound kernels. GPU only.
 //   build/bench_matmul [B T C L Vp]      (default 64 1024 768 12 50304: GPT-2 124M, B=64)
-#include "common/energy.h"
+#include "gpu/host/energy.h"
 #include "kernels/common.cuh"
 #include "kernels/matmul.cuh"
 

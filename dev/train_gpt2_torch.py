@@ -289,7 +289,7 @@ def parse_args(argv=None):
 
 class EnergyMeter:
     """The GPU board's energy counter through NVML (ctypes), as train_gpt2cu reads it
-    (common/energy.h); joules() is None where the library or the counter is missing."""
+    (gpu/host/energy.h); joules() is None where the library or the counter is missing."""
 
     def __init__(self, device_index):
         import ctypes

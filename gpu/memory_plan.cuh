@@ -1,10 +1,10 @@
 // gpu/memory_plan.cuh: the device memory a run will take, planned from its settings without a
-// GPU (--max-device-memory, common/memory_budget.h, holds the plan against a budget and
+// GPU (--max-device-memory, gpu/host/memory_budget.h, holds the plan against a budget and
 // names the settings that fit), and checked against the GPU's free memory once it is open.
 // It plans from the sizes the model, the optimizer and the FP8 layers allocate by, without
 // the trainer; what a built trainer reports is gpu/memory_report.cuh's.
 #pragma once
-#include "../common/memory_budget.h"
+#include "host/memory_budget.h"
 #include "../kernels/offload.cuh"
 #include "settings.cuh"
 #include "activations.cuh"

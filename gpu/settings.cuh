@@ -6,7 +6,7 @@
 #pragma once
 #include "../common/train_options.h"
 #include "../common/distributed.h"
-#include "../common/memory_budget.h"
+#include "host/memory_budget.h"
 #include "../kernels/common.cuh"
 #include "../kernels/comm.cuh"
 #include "../kernels/offload.cuh"
@@ -313,7 +313,7 @@ static GPT2Shape gpu_model_shape(const GpuSettings *s) {
     return sh;
 }
 
-// The settings the memory planner may change (common/memory_budget.h), as this run has them
+// The settings the memory planner may change (gpu/host/memory_budget.h), as this run has them
 static MemorySetting gpu_memory_setting(const GpuSettings *s, int world) {
     const TrainOptions *o = &s->o;
     MemorySetting m;

@@ -6,7 +6,7 @@
 // pieces of a training step (a micro-step: forward, loss, backward; the update) and the
 // forwards of evaluation and sampling.
 #pragma once
-#include "../common/loss_scaler.h"
+#include "host/loss_scaler.h"
 #include "../kernels/step_graph.cuh"
 #include "../kernels/step_info.cuh"
 #include "settings.cuh"

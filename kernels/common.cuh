@@ -1,6 +1,6 @@
 // kernels/common.cuh: what every kernel header shares: the one CUDA/cuBLAS error check,
 // the floatX storage type chosen at build time (-DPRECISION=BF16|FP16|FP32; fp16 trains
-// with dynamic loss scaling, common/loss_scaler.h), 16-byte vector load/store helpers, small
+// with dynamic loss scaling, gpu/host/loss_scaler.h), 16-byte vector load/store helpers, small
 // warp/block reductions, the current GPU's capabilities the launchers choose by, and the
 // rounding of fp32 master weights to floatX.
 #pragma once

@@ -1,5 +1,5 @@
 // fake_nvml.c: a stand-in for the driver's libnvidia-ml.so.1 with the three functions
-// common/energy.h looks up, so that test_energy can check the reader on a machine without
+// gpu/host/energy.h looks up, so that test_energy can check the reader on a machine without
 // a GPU. One GPU, at PCI bus id 0000:1b:00.0; its energy counter starts at 5000 mJ and
 // advances 1500 mJ per read. FAKE_NVML_INIT_FAIL and FAKE_NVML_NO_COUNTER (set in the
 // environment at call time) make nvmlInit and the counter fail with NVML's error codes;

@@ -4,7 +4,7 @@
 //   build/test_attention [--seed N]            correctness; exit 1 on any miss
 //   build/test_attention --bench B NH T hs     timing of ours (and the old cuBLAS path), and
 //                                              joules per layer under a sustained load
-#include "common/energy.h"
+#include "gpu/host/energy.h"
 #include "attention_variants.cuh"  // (kernels/attention.cuh, and the kernels only tests run)
 #include <vector>
 #include <string.h>

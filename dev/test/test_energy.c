@@ -1,13 +1,13 @@
-// test_energy.c: common/energy.h, the board energy counter behind train_gpt2cu's J/step
+// test_energy.c: gpu/host/energy.h, the board energy counter behind train_gpt2cu's J/step
 // line, against dev/test/fake_nvml.c (run with LD_LIBRARY_PATH at the fake library's
 // folder, as `make test` does): the counter read in joules, and each way of failing
 // (NVML not starting, an unknown GPU, no counter) reported with its reason, never a crash;
-// and common/step_meter.h: J/step over a timed window of 1 s or more only, the steps it
+// and gpu/host/step_meter.h: J/step over a timed window of 1 s or more only, the steps it
 // times, the energy of the work between steps left out, and the figures it reports for the
 // run's summary record (common/run_summary.h).
 #include "testutil.h"
-#include "../../common/energy.h"
-#include "../../common/step_meter.h"
+#include "../../gpu/host/energy.h"
+#include "../../gpu/host/step_meter.h"
 #include <math.h>
 
 static void test_reads_joules(void) {

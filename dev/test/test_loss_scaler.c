@@ -1,10 +1,10 @@
-// test_loss_scaler.c: fp16's dynamic loss scaler (common/loss_scaler.h): an overflow
+// test_loss_scaler.c: fp16's dynamic loss scaler (gpu/host/loss_scaler.h): an overflow
 // halves the scale (never below 1) and restarts the count; a window of clean steps in a
 // row doubles it (never above 2^24); a non-finite loss leaves it alone; the test hooks
 // (common/test_hooks.h) parse, once until a reload. The GPU test script checks the same in
 // a training run, resume included.
 #include "testutil.h"
-#include "../../common/loss_scaler.h"
+#include "../../gpu/host/loss_scaler.h"
 #include "../../common/train_common.h"
 
 static void test_halve_and_double(void) {

@@ -1,4 +1,4 @@
-// test_memory_budget.c: --max-device-memory (common/memory_budget.h): parse_bytes takes the
+// test_memory_budget.c: --max-device-memory (gpu/host/memory_budget.h): parse_bytes takes the
 // documented sizes in binary units, a unit required, and refuses anything else;
 // memory_micro_steps counts whole micro-steps only; against a fake plan with an explicit cost
 // formula (bf16 moments cost less), the settings that memory_suggestions names are those a
@@ -12,7 +12,7 @@
 // limit (a GPU's free memory); memory_budget_vs_card refuses a budget above the card's size.
 // Random trials use a fresh seed, printed; `test_memory_budget SEED` repeats a run.
 #include "testutil.h"
-#include "../../common/memory_budget.h"
+#include "../../gpu/host/memory_budget.h"
 #include "../../common/rng.h"
 
 #define GIB ((size_t)1 << 30)

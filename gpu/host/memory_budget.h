@@ -8,7 +8,7 @@
 // budget against the card's size.
 #ifndef COMMON_MEMORY_BUDGET_H
 #define COMMON_MEMORY_BUDGET_H
-#include "util.h"
+#include "../../common/util.h"
 #include <ctype.h>
 #include <strings.h>
 #include <math.h>

@@ -1,16 +1,16 @@
 // step_meter.h: the GPU trainer's timing and energy over a run's steps. Steps after the
 // warm-up (the steady state) are timed: after the first 10 steps, or after the first alone
 // when a step holds 10 micro-steps or more (it warms up within itself, and a GPT-2 1.5B step
-// of 524,288 tokens takes seconds); the board's energy counter (common/energy.h) is
+// of 524,288 tokens takes seconds); the board's energy counter (gpu/host/energy.h) is
 // read where the timed steps start and end, and around the work between steps
 // (evaluation, sampling, checkpoints), whose energy is not the steps'. It is never read
 // inside a step: a read takes milliseconds (docs/performance.md), and the counter moves
 // every ~100 ms.
 #ifndef COMMON_STEP_METER_H
 #define COMMON_STEP_METER_H
-#include "util.h"
+#include "../../common/util.h"
 #include "energy.h"
-#include "run_summary.h"
+#include "../../common/run_summary.h"
 
 #define STEP_METER_WARMUP 10  // steps left out of the means (micro-steps, for long steps)
 // The shortest timed window whose J/step is printed: the counter moves about every 100 ms,

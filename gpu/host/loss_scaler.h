@@ -6,8 +6,8 @@
 // it. The state (S and the clean-step count) is part of the training state.
 #ifndef COMMON_LOSS_SCALER_H
 #define COMMON_LOSS_SCALER_H
-#include "util.h"
-#include "test_hooks.h"
+#include "../../common/util.h"
+#include "../../common/test_hooks.h"
 #include <math.h>
 
 #define LOSS_SCALE_INIT 65536.0f
