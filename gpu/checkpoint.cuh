@@ -91,20 +91,8 @@ static void trainer_load_checkpoint(GpuTrainer *t, DataLoader *loader, const Run
         t->scaler.scale = s.loss_scale;
         t->scaler.good_steps = s.loss_scale_good_steps;
     }
-    const size_t want_fp8 = t->fp8.on ? fp8_linear_state_floats(&t->fp8.f8) : 0;
-    const int chosen = want_fp8 && (size_t)s.fp8_n == want_fp8 ? fp8_layers_mask_of_state(&cfg, s.fp8, want_fp8) : -1;
-    if (t->fp8.auto_pick && chosen >= 0 && chosen != t->fp8.mask) {  // the layers the run chose at its start
-        char was[64], now[64];
-        if (t->dp.rank == 0)
-            printf("fp8 auto: %s was written with FP8 in %s (this start's timing chose %s): resuming with %s\n", sp,
-                   fp8_kinds_text(chosen, was, sizeof was), fp8_kinds_text(t->fp8.mask, now, sizeof now), was);
-        fp8_layers_build(&t->fp8, &m->config, chosen);
-    }
-    if (want_fp8 && (size_t)s.fp8_n == want_fp8 && fp8_linear_state_set(&t->fp8.f8, s.fp8))
+    if (fp8_layers_resume(&t->fp8, &cfg, s.fp8, (size_t)s.fp8_n, sp, t->dp.rank == 0))
         fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);  // again, with the scales back
-    else if (want_fp8 && t->fp8.delayed && t->dp.rank == 0)
-        printf("note: %s holds no FP8 scaling state of this run's layers; the first step scales itself, so the run "
-               "continues close to, not bit for bit as, the one that wrote it\n", sp);
     free(s.fp8);
     optimizer_state_release(o, &s);
     free(params);

@@ -150,6 +150,29 @@ static int fp8_site(const Fp8Layers *f, int kind, int l) {
     return kind == LINEAR_HEAD ? LINEAR_BLOCK_KINDS * f->num_layers : LINEAR_BLOCK_KINDS * l + kind;
 }
 
+// On resume, the FP8 state a checkpoint holds (state: n floats of fp8_linear_state_get; path
+// for the messages, which rank 0 prints: verbose). Under --fp8-layers auto the layers the
+// run chose at its start come back (the state's site shapes say which), whatever this
+// start's timing chose. Returns 1 when the scales are back (the caller casts the weights
+// again with them); without them delayed scaling starts afresh, and says so.
+static int fp8_layers_resume(Fp8Layers *f, const GPT2Config *c, const float *state, size_t n, const char *path,
+                             int verbose) {
+    const size_t want = f->on ? fp8_linear_state_floats(&f->f8) : 0;
+    const int chosen = want && n == want ? fp8_layers_mask_of_state(c, state, want) : -1;
+    if (f->auto_pick && chosen >= 0 && chosen != f->mask) {
+        char was[64], now[64];
+        if (verbose)
+            printf("fp8 auto: %s was written with FP8 in %s (this start's timing chose %s): resuming with %s\n", path,
+                   fp8_kinds_text(chosen, was, sizeof was), fp8_kinds_text(f->mask, now, sizeof now), was);
+        fp8_layers_build(f, c, chosen);
+    }
+    if (want && n == want && fp8_linear_state_set(&f->f8, state)) return 1;
+    if (want && f->delayed && verbose)
+        printf("note: %s holds no FP8 scaling state of this run's layers; the first step scales itself, so the run "
+               "continues close to, not bit for bit as, the one that wrote it\n", path);
+    return 0;
+}
+
 // Every FP8 layer's weight to its FP8 copies; after each change of the parameters
 static void fp8_layers_cast_weights(Fp8Layers *f, const GPT2Config *c, floatX *const *param, cudaStream_t s) {
     if (!f->on) return;
