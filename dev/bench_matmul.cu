@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
         else { A = W; Bm = Y; D = Dact; }           // dinp: A weight, B dout
         LtCall c;
         const void *bptr = !sh->bias ? NULL : epilogue_is_bgrad(sh->epi) ? (const void *)bgrad : (const void *)bias;
-        lt_call_create(&c, bptr, sh->m, sh->n, sh->k, sh->ta, sh->tb, sh->lda, sh->ldb, sh->ldd,
+        lt_call_create(&c, CUBLAS_COMPUTE_32F, bptr, sh->m, sh->n, sh->k, sh->ta, sh->tb, sh->lda, sh->ldb, sh->ldd,
                        sh->epi, sh->aux ? Z : NULL, sh->ldaux);
         if (sh->rowD) {
             cublasLtOrder_t order = CUBLASLT_ORDER_ROW;

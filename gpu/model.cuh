@@ -62,6 +62,7 @@ typedef struct {
     int param_slots;    // -z 3: the layer slots of the parameters (0: every tensor whole)
     int grad_slots;     // ZeRO-2 and -3 over several ranks: 2 layer slots of gradients (0: whole)
     int fuse_gelu;      // GELU in the matmuls' epilogues (-ge: MatmulModes' first value)
+    int tf32;           // the fp32 build's products with TF32 inputs (-f 1)
 } GPT2Shape;
 
 typedef struct {
@@ -87,7 +88,7 @@ typedef struct {
     int B, T, recompute, flash;       // the micro-batch capacity, -r, flash attention
     int deterministic;                // --deterministic (0: the flash backward may add dq with atomics)
     Fp8Layers *fp8;                   // the linear layers' FP8 state (on 0: none in FP8)
-    MatmulModes modes;                // how its matmuls run (GELU fused, tuning); its FP8 layers' too
+    MatmulModes modes;                // how its matmuls run (GELU fused, tuning, TF32); its FP8 layers' too
     int num_sms;
     cudaStream_t stream;
 } GPT2;
@@ -223,6 +224,7 @@ static void gpt2_build(GPT2 *m, const GPT2Config *cfg, const float *host_params,
     m->fp8 = fp8;
     m->modes = MATMUL_MODES_DEFAULT;
     m->modes.fuse_gelu = sh->fuse_gelu;
+    m->modes.tf32 = sh->tf32;
     CUDA_CHECK(cudaStreamCreate(&m->stream));
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -306,7 +308,7 @@ static void gpt2_block_forward(GPT2 *m, int l, const BlockActs *b, int B, int T)
     Activations *a = &m->acts;
     gpt2_linear_forward(m, LINEAR_QKV, l, b, N);
     if (m->flash) flash_attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, s);
-    else attention_forward(b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s);
+    else attention_forward(&m->modes, b->atty, b->att, b->qkv, a->attn_scratch, B, T, C, NH, s);
     gpt2_linear_forward(m, LINEAR_ATTPROJ, l, b, N);
     fused_residual_layernorm_forward(b->residual2, b->ln2, b->ln2_mean, b->ln2_rstd, b->residual, a->attproj,
                                      param_at(m, P_LN2W, l), param_at(m, P_LN2B, l), N, C, s);
@@ -412,7 +414,7 @@ static void gpt2_attention_backward(GPT2 *m, int l, const BlockActs *b) {
     if (m->flash)
         flash_attention_backward(a->dqkv, dqkvb + 2 * C, a->datty, b->qkv, b->atty, b->lse, a->flash_scratch, B, T, C,
                                  NH, m->deterministic, s);
-    else attention_backward(a->dqkv, a->datty, b->qkv, b->att, a->attn_scratch, B, T, C, NH, s);
+    else attention_backward(&m->modes, a->dqkv, a->datty, b->qkv, b->att, a->attn_scratch, B, T, C, NH, s);
     gpt2_linear_backward(m, LINEAR_QKV, l, b);
     if (m->flash) bias_backward(dqkvb, fs, a->dqkv, N, C, 3 * C, s);
 }

@@ -309,7 +309,7 @@ static int gpt2_param_slots(int zero_stage, int prefetch_layers) { return zero_s
 // What the model is built for under these settings (after gpu_settings_for_model)
 static GPT2Shape gpu_model_shape(const GpuSettings *s) {
     GPT2Shape sh = {s->o.B, s->o.T, s->recompute, s->flash, s->deterministic,
-                    gpt2_param_slots(s->zero_stage, s->prefetch_layers), s->shard_grads ? 2 : 0, s->fuse_gelu};
+                    gpt2_param_slots(s->zero_stage, s->prefetch_layers), s->shard_grads ? 2 : 0, s->fuse_gelu, s->tf32};
     return sh;
 }
 

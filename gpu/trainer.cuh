@@ -82,7 +82,6 @@ static void trainer_build(GpuTrainer *t, const GPT2Config *cfg, const float *hos
                           Comm *comm, int rank, int world) {
     memset(t, 0, sizeof *t);
     t->s = *s;
-    matmul_set_tf32(s->tf32);
     fp8_layers_init(&t->fp8, cfg, s->fp8_mask, s->fp8_delayed, s->fp8_cast, (size_t)s->o.B * s->o.T);
     const GPT2Shape shape = gpu_model_shape(s);
     gpt2_build(&t->model, cfg, host_params, &shape, &t->fp8);

@@ -184,12 +184,13 @@ __global__ void softmax_causal_backward_vec_kernel(floatX *datt, const floatX *a
 static int softmax_vec_ok(int T) { return T <= 1024 && T % X128::size == 0; }
 
 // batched column-major GEMM over B*NH heads: C = alpha op(A) op(B) + beta C
-static void batched_gemm(floatX *Cm, const floatX *A, const floatX *Bm, int m, int n, int k, int ta, int tb,
-                         int lda, long sa, int ldb, long sb, int ldc, long sc, int batch, float alpha) {
+static void batched_gemm(cublasComputeType_t compute, floatX *Cm, const floatX *A, const floatX *Bm, int m, int n,
+                         int k, int ta, int tb, int lda, long sa, int ldb, long sb, int ldc, long sc, int batch,
+                         float alpha) {
     float beta = 0.0f;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(g_cublas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                             m, n, k, &alpha, A, CUBLAS_FLOATX, lda, sa, Bm, CUBLAS_FLOATX, ldb, sb,
-                                            &beta, Cm, CUBLAS_FLOATX, ldc, sc, batch, g_matmul_compute,
+                                            &beta, Cm, CUBLAS_FLOATX, ldc, sc, batch, compute,
                                             CUBLAS_GEMM_DEFAULT));
 }
 
@@ -200,8 +201,10 @@ static size_t attention_backward_scratch_elems(int B, int T, int C, int NH) {
     return (size_t)8 * B * T * C + (size_t)B * NH * T * T;
 }
 
-static void attention_forward(floatX *out, floatX *att, const floatX *qkv, floatX *scratch, int B, int T, int C, int NH,
-                              cudaStream_t s) {
+// modes: the products' compute type (-f 1: TF32 in the fp32 build)
+static void attention_forward(const MatmulModes *modes, floatX *out, floatX *att, const floatX *qkv, floatX *scratch,
+                              int B, int T, int C, int NH, cudaStream_t s) {
+    const cublasComputeType_t compute = matmul_compute_type(modes);
     int hs = C / NH;
     size_t n = (size_t)B * T * C;
     floatX *q = scratch, *k = q + n, *v = k + n, *y = v + n;
@@ -210,19 +213,20 @@ static void attention_forward(floatX *out, floatX *att, const floatX *qkv, float
     float scale = 1.0f / sqrtf((float)hs);
     long sq = (long)T * hs, sa = (long)T * T;
     // scores (row-major T x T per head) = q k^T * scale
-    batched_gemm(att, k, q, T, T, hs, 1, 0, hs, sq, hs, sq, T, sa, B * NH, scale);
+    batched_gemm(compute, att, k, q, T, T, hs, 1, 0, hs, sq, hs, sq, T, sa, B * NH, scale);
     int rows = B * NH * T;
     if (softmax_vec_ok(T)) softmax_causal_forward_vec_kernel<<<ceil_div(rows, 8), 256, 0, s>>>(att, rows, T);
     else softmax_causal_forward_kernel<<<ceil_div(rows, 8), 256, 0, s>>>(att, rows, T);
     LAUNCH_CHECK();
     // y = att v
-    batched_gemm(y, v, att, hs, T, T, 0, 0, hs, sq, T, sa, hs, sq, B * NH, 1.0f);
+    batched_gemm(compute, y, v, att, hs, T, T, 0, 0, hs, sq, T, sa, hs, sq, B * NH, 1.0f);
     attention_heads_kernel<<<ceil_div(n / X128::size, 256), 256, 0, s>>>(y, out, B, T, NH, hs, 0);
     LAUNCH_CHECK();
 }
 
-static void attention_backward(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *att, floatX *scratch,
-                               int B, int T, int C, int NH, cudaStream_t s) {
+static void attention_backward(const MatmulModes *modes, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                               const floatX *att, floatX *scratch, int B, int T, int C, int NH, cudaStream_t s) {
+    const cublasComputeType_t compute = matmul_compute_type(modes);
     int hs = C / NH;
     size_t n = (size_t)B * T * C;
     floatX *q = scratch, *k = q + n, *v = k + n, *dy = v + n, *dq = dy + n, *dk = dq + n, *dv = dk + n;
@@ -235,16 +239,16 @@ static void attention_backward(floatX *dqkv, const floatX *dout, const floatX *q
     long sq = (long)T * hs, sa = (long)T * T;
     int batch = B * NH;
     // datt = dy v^T
-    batched_gemm(datt, v, dy, T, T, hs, 1, 0, hs, sq, hs, sq, T, sa, batch, 1.0f);
+    batched_gemm(compute, datt, v, dy, T, T, hs, 1, 0, hs, sq, hs, sq, T, sa, batch, 1.0f);
     // dv = att^T dy
-    batched_gemm(dv, dy, att, hs, T, T, 0, 1, hs, sq, T, sa, hs, sq, batch, 1.0f);
+    batched_gemm(compute, dv, dy, att, hs, T, T, 0, 1, hs, sq, T, sa, hs, sq, batch, 1.0f);
     int rows = batch * T;
     if (softmax_vec_ok(T)) softmax_causal_backward_vec_kernel<<<ceil_div(rows, 8), 256, 0, s>>>(datt, att, rows, T);
     else softmax_causal_backward_kernel<<<ceil_div(rows, 8), 256, 0, s>>>(datt, att, rows, T);
     LAUNCH_CHECK();
     // dq = dscores k * scale; dk = dscores^T q * scale
-    batched_gemm(dq, k, datt, hs, T, T, 0, 0, hs, sq, T, sa, hs, sq, batch, scale);
-    batched_gemm(dk, q, datt, hs, T, T, 0, 1, hs, sq, T, sa, hs, sq, batch, scale);
+    batched_gemm(compute, dq, k, datt, hs, T, T, 0, 0, hs, sq, T, sa, hs, sq, batch, scale);
+    batched_gemm(compute, dk, q, datt, hs, T, T, 0, 1, hs, sq, T, sa, hs, sq, batch, scale);
     attention_unpermute_qkv_kernel<<<ceil_div(n / X128::size, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
     LAUNCH_CHECK();
 }

@@ -25,17 +25,18 @@ typedef struct {
     // (the trainer sets it for one pass before training, with --deterministic 0); 0: the
     // heuristic's first choice, the same on every run
     int tune;
+    // fp32 accumulation in every build; the fp32 build's products are true fp32 unless tf32
+    // (-f 1) lets them round their inputs to TF32 (the other builds' inputs are bf16 or fp16
+    // already, so TF32 changes nothing there)
+    int tf32;
 } MatmulModes;
-static const MatmulModes MATMUL_MODES_DEFAULT = {1, 0};
+static const MatmulModes MATMUL_MODES_DEFAULT = {1, 0, 0};
 #define MATMUL_TUNE_CANDIDATES 8
 static int g_tuned_shapes = 0, g_tuned_changed = 0;  // shapes timed; of those, not the first choice
 
-// fp32 accumulation in every build; the fp32 build's products are true fp32 unless
-// matmul_set_tf32(1) (-f 1) lets them round their inputs to TF32 (the other builds' inputs
-// are bf16 or fp16 already, so TF32 changes nothing there)
-static cublasComputeType_t g_matmul_compute = CUBLAS_COMPUTE_32F;
-static void matmul_set_tf32(int on) {
-    g_matmul_compute = PRECISION == PRECISION_FP32 && on ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+// the cuBLAS compute type of the modes' products
+static cublasComputeType_t matmul_compute_type(const MatmulModes *modes) {
+    return PRECISION == PRECISION_FP32 && modes->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 static void matmul_init(cudaStream_t s) {
@@ -104,9 +105,9 @@ typedef struct {
 static int epilogue_is_bgrad(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
 }
-static void lt_call_create(LtCall *c, const void *bias, int m, int n, int k, int ta, int tb, int lda, int ldb,
-                           int ldd, cublasLtEpilogue_t epi, const floatX *aux, int ldaux) {
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, g_matmul_compute, CUDA_R_32F));
+static void lt_call_create(LtCall *c, cublasComputeType_t compute, const void *bias, int m, int n, int k, int ta, int tb,
+                           int lda, int ldb, int ldd, cublasLtEpilogue_t epi, const floatX *aux, int ldaux) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, compute, CUDA_R_32F));
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
@@ -221,7 +222,7 @@ static int matmul_lt(const MatmulModes *modes, floatX *D, const floatX *A, const
                      int n, int k, int ta, int tb, int lda, int ldb, int ldd, float beta, cublasLtEpilogue_t epi,
                      const floatX *aux, int ldaux, cudaStream_t s) {
     LtCall c;
-    lt_call_create(&c, bias, m, n, k, ta, tb, lda, ldb, ldd, epi, aux, ldaux);
+    lt_call_create(&c, matmul_compute_type(modes), bias, m, n, k, ta, tb, lda, ldb, ldd, epi, aux, ldaux);
 
     MatmulPlan key;
     memset(&key, 0, sizeof key);

@@ -445,8 +445,8 @@ static void bench(int B, int NH, int T, int hs, int variants) {
         size_t ns = attention_backward_scratch_elems(B, T, C, NH);
         CUDA_CHECK(cudaMalloc(&att, na * sizeof(floatX)));
         CUDA_CHECK(cudaMalloc(&ascr, ns * sizeof(floatX)));
-        ms_f = time_ms([&] { attention_forward(out, att, qkv, ascr, B, T, C, NH, 0); }, e0, e1);
-        ms_b = time_ms([&] { attention_backward(dqkv, dout, qkv, att, ascr, B, T, C, NH, 0); }, e0, e1);
+        ms_f = time_ms([&] { attention_forward(&MATMUL_MODES_DEFAULT, out, att, qkv, ascr, B, T, C, NH, 0); }, e0, e1);
+        ms_b = time_ms([&] { attention_backward(&MATMUL_MODES_DEFAULT, dqkv, dout, qkv, att, ascr, B, T, C, NH, 0); }, e0, e1);
         printf("BENCH old B=%d NH=%d T=%d hs=%d fwd_ms %.4f fwd_tflops %.1f bwd_ms %.4f bwd_tflops %.1f\n", B, NH, T,
                hs, ms_f, flops_f / ms_f * 1e-9, ms_b, flops_b / ms_b * 1e-9);
         cudaFree(att);
