@@ -73,7 +73,7 @@ static void trainer_load_checkpoint(GpuTrainer *t, DataLoader *loader, const Run
         fatal("%s holds a different model shape than -e gave; resume with the same model", mp);
     if (t->shards.shard) param_shards_set(&t->shards, params);
     else upload_params(m->params, params, m->num_params);
-    fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);
+    trainer_fp8_recast(t);
     TrainState s;
     memset(&s, 0, sizeof s);
     s.world_size = t->dp.world;
@@ -92,7 +92,7 @@ static void trainer_load_checkpoint(GpuTrainer *t, DataLoader *loader, const Run
         t->scaler.good_steps = s.loss_scale_good_steps;
     }
     if (fp8_layers_resume(&t->fp8, &cfg, s.fp8, (size_t)s.fp8_n, sp, t->dp.rank == 0))
-        fp8_layers_cast_weights(&t->fp8, &m->config, m->param, m->stream);  // again, with the scales back
+        trainer_fp8_recast(t);  // again, with the scales back
     free(s.fp8);
     optimizer_state_release(o, &s);
     free(params);
