@@ -20,7 +20,8 @@
 //      delay, writes the input and the residual; decode_linear with pdl = 1 must read the new
 //      values. And a fc -> fcproj chain with pdl = 1, eagerly and in a graph, against pdl = 0;
 //  (d) the refusals (B = 0, B = 9, K not a multiple of 8, in overlapping out).
-// Exit 1 on any failure, 77 without a GPU.
+// Exit 1 on any failure, 77 without a GPU. On sm_90 the plain-input layers split K over a
+// cluster; GPT2_TEST_GPU_CAP=80 runs them (and everything) as a GPU without clusters or PDL would.
 //
 //   build/test_decode [--seed N]    the checks
 //   build/test_decode --bench       timing (printed, never asserted): d12 and d48's layers at
@@ -397,7 +398,7 @@ __global__ void late_writer_kernel(floatX *dst, const floatX *src, size_t n, flo
 static void test_pdl(cudaStream_t s) {
     const DeviceCaps *caps = device_caps();
     printf("(c) PDL: inputs written late by the previous kernel, and a fc -> fcproj chain%s\n",
-           caps->cc >= 90 ? "" : " (this GPU is below 9.0: pdl is ignored, the checks still run)");
+           caps->cc >= 90 && decode_linear_sm90_code() ? "" : " (no sm_90 here: pdl is ignored, the checks still run)");
     const int C = 768, B = 5;
     struct { const char *name; int K, N; DecodeIn pro; DecodeOut epi; } cases[] = {
         {"qkv", C, 3 * C, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN}, {"attproj", C, C, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL}};
@@ -525,7 +526,9 @@ static void bench(void) {
            PRECISION_NAME, prop.name, prop.multiProcessorCount, peak_here);
     printf("each: a CUDA graph of back-to-back calls over distinct weight copies (>= 256 MB: not from L2); the\n"
            "median of 15 graph launches / calls. cuBLAS: matmul_forward (bias, GELU fused; no layernorm, no residual)\n");
-    printf("%-12s %5s %6s %2s %-24s | %-25s | %-25s | %-25s\n", "layer", "K", "N", "B", "plan KS x S, TBxwarps, grid",
+    printf("plan: K split over KSB blocks (a cluster) x KS warps, S steps of %d each; TB tiles of 8 rows x warps a\n"
+           "block; grid blocks x tile groups a block\n", DL_KSTEP);
+    printf("%-12s %5s %6s %2s %-24s | %-25s | %-25s | %-25s\n", "layer", "K", "N", "B", "plan KSBxKS xS TBxwarps grid",
            "pdl=0 us GB/s %", "pdl=1 us GB/s %", "cuBLAS us GB/s %");
     struct Layer { const char *name; int kc, nc; DecodeIn pro; DecodeOut epi; bool bias; };
     const Layer layers[] = {{"qkv", 1, 3, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, true},
@@ -594,11 +597,12 @@ static void bench(void) {
                     CUDA_CHECK(cudaGraphExecDestroy(ge));
                     CUDA_CHECK(cudaGraphDestroy(g));
                 }
-                DecodeLinearPlan p = decode_linear_plan(K, N, prop.multiProcessorCount);
+                DecodeLinearPlan p = decode_linear_plan(K, N, L.pro, prop.multiProcessorCount,
+                                                        device_caps()->cc >= 90 && decode_linear_sm90_code());
                 decode_linear_grid(&p, B, N, prop.multiProcessorCount);
-                char plan[48], name[32], col[3][40];
-                snprintf(plan, sizeof plan, "%2dx%-3d %dx%-2d %4d%s", p.KS, p.S, p.TB, p.warps, p.grid,
-                         p.iters > 1 ? (p.iters == 2 ? " x2" : p.iters == 3 ? " x3" : " xN") : "");
+                char plan[64], name[32], col[3][40];
+                snprintf(plan, sizeof plan, "%dx%-2d x%-3d %dx%-2d %4d x%d", p.KSB, p.KS, p.S, p.TB, p.warps, p.grid,
+                         p.iters);
                 snprintf(name, sizeof name, "d%s %s", C == 768 ? "12" : "48", L.name);
                 for (int m = 0; m < 3; m++) {
                     const double gbs = wbytes / (us[m] * 1e-6) / 1e9;
@@ -632,8 +636,10 @@ int main(int argc, char **argv) {
     const DeviceCaps *caps = device_caps();
     int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    printf("test_decode (%s, %s path), compute capability %d.%d, %d SMs, seed %llu\n", PRECISION_NAME,
-           DL_MMA ? "tensor-core" : "CUDA-core", caps->cc / 10, caps->cc % 10, sms, (unsigned long long)seed);
+    printf("test_decode (%s, %s path), compute capability %d.%d, %d SMs, %s, seed %llu\n", PRECISION_NAME,
+           DL_MMA ? "tensor-core" : "CUDA-core", caps->cc / 10, caps->cc % 10, sms,
+           caps->cc >= 90 && decode_linear_sm90_code() ? "PDL and clusters" : "no PDL, no clusters",
+           (unsigned long long)seed);
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     test_refusals(s);
