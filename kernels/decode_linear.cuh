@@ -16,7 +16,7 @@
 //    as much as the weights (an L2-bound 2-4 us at d48's fcproj against its 6 us of weights).
 //    So on sm_90, for a plain input, K is split over the 8 blocks of a thread-block cluster,
 //    each block a warp per tile for up to 8 tiles over 1/8 of K, and the 8 blocks' sums meet
-//    through distributed shared memory: a block reads B x K/8 of input for 64 rows of weights.
+//    through distributed shared memory: a block reads B x K/8 of input for up to 64 weight rows.
 //    A layernorm needs whole rows for its statistics, so there (and below sm_90, where there are
 //    no clusters) a block covers all of K for as many tiles as leave about a block an SM, the
 //    K of each tile over 8 / TB warps (more at small N, where it is the only way to have warps).
@@ -36,7 +36,7 @@
 //    hold suffices, so that the next kernel's blocks fit beside ours under PDL; else (the
 //    lm_head) up to all they hold, each block walking up to 8 row groups, the ring running on
 //    across them.
-//  - PDL. The ring is filled (8 steps of every warp: nearly all of W for d12's layers but the
+//  - PDL. The ring is filled (8 steps of every warp: most or all of W for d12's layers but the
 //    lm_head) before griddepcontrol.wait, so the weight stream overlaps the previous kernel's
 //    tail; in and the residual are read only after the wait. The kernel triggers its dependents
 //    at once: they too only prefetch weights before their own wait, which covers our
@@ -571,7 +571,9 @@ static void decode_linear_launch(const DecodeLinearPlan *p, floatX *out, const f
 // pdl: launched with programmatic dependent launch (compute capability 9.0 and newer, and code
 //   built for it; ignored otherwise): the weights start loading before the previous kernel on
 //   the stream has finished, in and out are read only after it has. W must not be written by a
-//   kernel of the same chain of PDL launches. Correct in CUDA graph capture and without.
+//   kernel of the same chain of PDL launches. The kernel lets its own dependents start at once
+//   (pdl or not): a kernel launched after it with PDL must wait (griddepcontrol.wait,
+//   cudaGridDependencySynchronize) before it reads out. Correct in CUDA graph capture and without.
 // Bit-identical results on every run, for pdl 0 and 1, in a graph or not, and a row's result is
 // the same whatever the other rows of the call (on one GPU model: the split depends on its SM count).
 static void decode_linear(floatX *out, const floatX *in, const floatX *W, const floatX *bias, int B, int K, int N,
