@@ -294,7 +294,7 @@ build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-DECODE_CUH = kernels/decode_linear.cuh kernels/layernorm.cuh kernels/gelu.cuh $(MATMUL_CUH)
+DECODE_CUH = kernels/decode_linear.cuh kernels/pdl.cuh kernels/layernorm.cuh kernels/gelu.cuh $(MATMUL_CUH)
 build/cuda_%/test_decode: dev/test/test_decode.cu $(DECODE_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_decode.cu $(NVCC_LIBS)

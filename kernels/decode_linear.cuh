@@ -63,6 +63,7 @@
 #include "common.cuh"
 #include "gelu.cuh"
 #include "layernorm.cuh"  // LN_EPS
+#include "pdl.cuh"
 
 #define DECODE_LINEAR_MAX_ROWS 8
 typedef enum { DECODE_IN_PLAIN, DECODE_IN_LAYERNORM } DecodeIn;
@@ -107,16 +108,6 @@ __device__ __forceinline__ uint4 dl_load_w(const floatX *p) {
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
     return r;
-}
-__device__ __forceinline__ void dl_grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void dl_trigger_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 // every thread of every block of the cluster arrives; shared-memory writes before it are
 // visible to the cluster's reads after it (release / acquire)
@@ -292,8 +283,8 @@ __global__ void __launch_bounds__(32 * DL_MAX_WARPS) decode_linear_kernel(Decode
     Step ring[DL_PF];
 #pragma unroll
     for (int u = 0; u < DL_PF; u++) ring[u] = load_next(u < T);
-    dl_trigger_dependents();
-    dl_grid_dependency_wait();
+    pdl_trigger();
+    pdl_wait();
     const int kn = min(K - k0, a.KS * S * DL_KSTEP);  // (a layernorm's block has all of K: k0 = 0)
     dl_stage_input(a, xs, k0, kn > 0 ? kn : 0);
 
@@ -440,23 +431,6 @@ static int decode_linear_blocks_per_sm(DecodeLinearKernel fn, int threads, size_
     return blocks;
 }
 
-// Whether this GPU runs the kernel from code compiled for compute capability 9.0 or newer: code
-// for less (an older build target, or compute_80 PTX that the driver compiles) has neither
-// griddepcontrol nor cluster barriers, so PDL and clusters must then stay off even on sm_90.
-static int decode_linear_sm90_code(void) {
-    enum { MAX_DEVICES = 64 };
-    static int known[MAX_DEVICES];  // 0 unknown, 1 no, 2 yes
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= MAX_DEVICES) fatal("decode_linear: device %d: at most %d devices", dev, MAX_DEVICES);
-    if (!known[dev]) {
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, decode_linear_kernel_for(1)));
-        known[dev] = fa.ptxVersion >= 90 ? 2 : 1;
-    }
-    return known[dev] == 2;
-}
-
 static int dl_pow2_floor(int x) {
     int p = 1;
     while (2 * p <= x) p *= 2;
@@ -598,7 +572,7 @@ static void decode_linear(floatX *out, const floatX *in, const floatX *W, const 
     const DeviceCaps *caps = device_caps();
     if (!caps) fatal("decode_linear: no GPU");
     const int num_sms = decode_linear_num_sms();
-    const int sm90 = caps->cc >= 90 && decode_linear_sm90_code();  // (PDL, clusters)
+    const int sm90 = caps->cc >= 90 && sm90_code();  // (PDL, clusters)
     const DecodeLinearPlan plan = decode_linear_plan(K, N, pro, num_sms, sm90);
     // the rows whose staged input fits a block's shared memory (all 8 on sm_90 up to K of about
     // 14000 in bf16); more go in turns, each re-reading W

@@ -307,7 +307,7 @@ static void run_case(const char *name, const Weights &w, int B, DecodeIn pro, De
         }
 
     std::vector<floatX> y_nc;  // (plain input on sm_90: also the split without clusters)
-    const int sm90 = device_caps()->cc >= 90 && decode_linear_sm90_code();
+    const int sm90 = device_caps()->cc >= 90 && sm90_code();
     if (sm90 && pro == DECODE_IN_PLAIN) {
         run_without_clusters(c, s);
         y_nc = download(dout, (size_t)B * N);
@@ -451,7 +451,7 @@ __global__ void late_writer_kernel(floatX *dst, const floatX *src, size_t n, flo
 static void test_pdl(cudaStream_t s) {
     const DeviceCaps *caps = device_caps();
     printf("(c) PDL: inputs written late by the previous kernel, and a fc -> fcproj chain%s\n",
-           caps->cc >= 90 && decode_linear_sm90_code() ? "" : " (no sm_90 here: pdl is ignored, the checks still run)");
+           caps->cc >= 90 && sm90_code() ? "" : " (no sm_90 here: pdl is ignored, the checks still run)");
     const int C = 768, B = 5;
     struct { const char *name; int K, N; DecodeIn pro; DecodeOut epi; } cases[] = {
         {"qkv", C, 3 * C, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN}, {"attproj", C, C, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL}};
@@ -651,7 +651,7 @@ static void bench(void) {
                     CUDA_CHECK(cudaGraphDestroy(g));
                 }
                 DecodeLinearPlan p = decode_linear_plan(K, N, L.pro, prop.multiProcessorCount,
-                                                        device_caps()->cc >= 90 && decode_linear_sm90_code());
+                                                        device_caps()->cc >= 90 && sm90_code());
                 decode_linear_grid(&p, B, N, prop.multiProcessorCount);
                 char plan[64], name[32], col[3][40];
                 snprintf(plan, sizeof plan, "%dx%-2d x%-3d %dx%-2d %4d x%d", p.KSB, p.KS, p.S, p.TB, p.warps, p.grid,
@@ -691,7 +691,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     printf("test_decode (%s, %s path), compute capability %d.%d, %d SMs, %s, seed %llu\n", PRECISION_NAME,
            DL_MMA ? "tensor-core" : "CUDA-core", caps->cc / 10, caps->cc % 10, sms,
-           caps->cc >= 90 && decode_linear_sm90_code() ? "PDL and clusters" : "no PDL, no clusters",
+           caps->cc >= 90 && sm90_code() ? "PDL and clusters" : "no PDL, no clusters",
            (unsigned long long)seed);
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
