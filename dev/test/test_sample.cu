@@ -294,7 +294,7 @@ static std::vector<int> draw_batch(const Batch &b, Setting st, bool some_inactiv
         if (v.what == BAD && t.bad <= 3) print_bad(what, l, b.V, st, coin, cpu, out[r], probs, v);
     }
     cudaFree(dx); cudaFree(drng); cudaFree(dact); cudaFree(dout); cudaFree(scratch);
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    g_rng = (g_rng * 6364136223846793005ull + 1442695040888963407ull) | 1;  // (xorshift: never 0)
     return out;
 }
 
@@ -512,7 +512,7 @@ static void test_repeat_and_scratch() {
             for (int r = 0; r < B; r++) differ += (runs[1][r] != runs[0][r]) + (runs[2][r] != runs[0][r]);
             draws += B;
             cudaFree(dx); cudaFree(drng); cudaFree(dout); cudaFree(scratch);
-            g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+            g_rng = (g_rng * 6364136223846793005ull + 1442695040888963407ull) | 1;  // (xorshift: never 0)
         }
     report(differ == 0, "%ld rows drawn three times (shared memory twice%s, then scratch): %ld ids differ", draws,
            sample_row_fits_smem(V) ? "" : " -- this GPU's rows do not fit: scratch", differ);
