@@ -250,8 +250,8 @@ ATTN_TESTS = test_attention test_wgmma
 CUDA_TESTS = $(if $(filter FP32,$(PRECISION)),,$(addprefix build/,$(ATTN_TESTS)))
 # the FP8 test too (its fp16 build says it needs bf16, and exits 77)
 CUDA_TESTS += $(if $(filter FP32,$(PRECISION)),,build/test_fp8)
-# generation's linear layers, in every precision
-CUDA_TESTS += build/test_decode
+# generation's linear layers and token sampling, in every precision
+CUDA_TESTS += build/test_decode build/test_sample
 cuda: train_gpt2cu test_gpt2cu $(CUDA_TESTS)  ## build the GPU trainer and its tests (nvcc) for this machine's GPU (GPU_ARCH)
 
 train_gpt2cu: train_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/nvcc_flags  ## GPU trainer (one GPU, or several with mpirun / NCCL)
@@ -263,9 +263,9 @@ test_gpt2cu: test_gpt2.cu $(GPU_H) $(KERNELS_H) $(COMMON_H) build/nvcc_flags  ##
 # Every CUDA program in one precision, in a folder of its own, for GPU_ARCH (the folder's
 # nvcc_flags file rebuilds it for another): make test compiles all three so that a GPU build
 # broken in any precision, or for any GPU, fails it (the GPU itself is not needed).
-cuda-FP32: $(addprefix build/cuda_FP32/,train_gpt2cu test_gpt2cu test_decode)  ## every CUDA program in FP32, into build/cuda_FP32/
-cuda-FP16: $(addprefix build/cuda_FP16/,train_gpt2cu test_gpt2cu test_decode $(ATTN_TESTS))  ## the same, FP16
-cuda-BF16: $(addprefix build/cuda_BF16/,train_gpt2cu test_gpt2cu test_decode $(ATTN_TESTS))  ## the same, BF16
+cuda-FP32: $(addprefix build/cuda_FP32/,train_gpt2cu test_gpt2cu test_decode test_sample)  ## every CUDA program in FP32, into build/cuda_FP32/
+cuda-FP16: $(addprefix build/cuda_FP16/,train_gpt2cu test_gpt2cu test_decode $(ATTN_TESTS) test_sample)  ## the same, FP16
+cuda-BF16: $(addprefix build/cuda_BF16/,train_gpt2cu test_gpt2cu test_decode $(ATTN_TESTS) test_sample)  ## the same, BF16
 # build/cuda_<P>-ptx/: the same programs as compute_80 PTX alone (GPU_ARCH=ptx), for running
 # on a newer GPU the code that A100s and RTX cards run (scripts/gpu_check.sh section 13)
 $(foreach p,FP32 FP16 BF16,$(eval build/cuda_$(p)-ptx/%: GPU_ARCH = ptx))
@@ -302,6 +302,15 @@ build/cuda_%/test_decode: dev/test/test_decode.cu $(DECODE_CUH) build/cuda_%/nvc
 build/test_decode: dev/test/test_decode.cu $(DECODE_CUH) build/nvcc_flags  ## generation's linear layers (kernels/decode_linear.cuh) vs the CPU; --bench: GB/s vs cuBLAS (GPU)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_decode.cu $(NVCC_LIBS)
+
+SAMPLE_CUH = kernels/sample.cuh kernels/common.cuh common/rng.h common/sampling.h
+build/cuda_%/test_sample: dev/test/test_sample.cu $(SAMPLE_CUH) $(COMMON_H) build/cuda_%/nvcc_flags
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_sample.cu $(NVCC_LIBS)
+
+build/test_sample: dev/test/test_sample.cu $(SAMPLE_CUH) $(COMMON_H) build/nvcc_flags  ## token sampling on the GPU vs common/sampling.h's (GPU; --bench: microseconds a call)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_sample.cu $(NVCC_LIBS)
 
 build/test_attention: dev/test/test_attention.cu $(ATTN_CUH) $(ATTN_VARIANTS_H) gpu/host/energy.h build/nvcc_flags  ## flash attention vs fp32 (GPU)
 	@mkdir -p build

@@ -6,15 +6,23 @@
 #include <stdint.h>
 #include "util.h"
 
+// The draws below are written once for the host and the GPU: CUDA code (kernels/sample.cuh)
+// draws its sampling coins on the device from the same state, as the CPU would.
+#ifdef __CUDACC__
+#define RNG_HD __host__ __device__
+#else
+#define RNG_HD
+#endif
+
 // the state update alone (linear over GF(2): rng_jump_draws builds its matrix from it)
-static inline uint64_t rng_xorshift(uint64_t x) {
+static inline RNG_HD uint64_t rng_xorshift(uint64_t x) {
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
     return x;
 }
 
-static inline uint64_t rng_next_u64(uint64_t *state) {
+static inline RNG_HD uint64_t rng_next_u64(uint64_t *state) {
     uint64_t x = rng_xorshift(*state);
     *state = x;
     return x * 0x2545F4914F6CDD1Dull;
@@ -30,7 +38,7 @@ static inline uint64_t rng_seed(uint64_t seed) {
 }
 
 // uniform in [0, 1)
-static inline float rng_uniform(uint64_t *state) {
+static inline RNG_HD float rng_uniform(uint64_t *state) {
     return (float)(rng_next_u64(state) >> 40) / 16777216.0f;
 }
 

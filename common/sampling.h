@@ -58,14 +58,19 @@ static inline int sampling_possible(const GPT2Config *cfg, const TrainOptions *o
 // entries, those past n hold the end-of-text token.
 typedef void (*NextLogitsFn)(void *model, const int *ids, int n, float *logits);
 
-// Draws an index from probs (n entries summing to ~1) with coin in [0,1).
+// Draws an index from probs (n entries summing to ~1) with coin in [0,1): the first whose
+// cumulative probability exceeds the coin. Where rounding leaves the total at or below the
+// coin, the last index of non-zero probability (not index n - 1, which a cut distribution
+// may have dropped); n - 1 if there is none. kernels/sample.cuh draws the same way.
 static inline int sample_index(const float *probs, int n, float coin) {
     float cdf = 0.0f;
+    int last = n - 1;
     for (int i = 0; i < n; i++) {
         cdf += probs[i];
         if (coin < cdf) return i;
+        if (probs[i] > 0.0f) last = i;
     }
-    return n - 1;
+    return last;
 }
 
 typedef struct {

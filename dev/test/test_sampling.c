@@ -71,8 +71,8 @@ static void test_plain(void) {
 }
 
 // the inverse CDF at its edges: a token of probability 0 is never drawn, whatever the coin
-// (the coin at a boundary of the CDF goes to the token after it); a coin just under 1 draws
-// the last token with any probability
+// (the coin at a boundary of the CDF goes to the token after it); a coin just under 1, or
+// above a total that rounding left short, draws the last token with any probability
 static void test_cdf_edges(void) {
     const float p[4] = {0.0f, 0.5f, 0.0f, 0.5f};
     CHECK(sample_index(p, 4, 0.0f) == 1, "coin 0 drew token %d, which has probability %g",
@@ -87,6 +87,12 @@ static void test_cdf_edges(void) {
         zero_drawn += p[t] == 0.0f;
     }
     CHECK(zero_drawn == 0, "tokens of probability 0 drawn %d times in 20000", zero_drawn);
+    // a total short of the coin (rounding) draws the last token with any probability, not
+    // the last token, which a cut distribution may have dropped
+    const float q[4] = {0.25f, 0.0f, 0.5f, 0.0f};
+    CHECK(sample_index(q, 4, 0.9f) == 2, "a coin above the total drew token %d", sample_index(q, 4, 0.9f));
+    const float z[3] = {0.0f, 0.0f, 0.0f};
+    CHECK(sample_index(z, 3, 0.5f) == 2, "no token of any probability: drew %d, want the last", sample_index(z, 3, 0.5f));
 }
 
 // sample_fit's rule on a few cases worked by hand, then its promises over every small case
