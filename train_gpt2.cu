@@ -95,9 +95,9 @@ static void next_logits(void *t, const int *ids, int n, float *logits) {
     trainer_next_logits((GpuTrainer *)t, ids, n, logits);
 }
 
-// A sample through the KV cache (gpu/generate.cuh; --kv-cache 0: the training forward over
-// the whole text for each token). The cache lives only while the sample is drawn: L x T x 2C
-// values, 36 MiB at GPT-2 124M with T=1024.
+// A sample through the decoder and its KV cache (gpu/generate.cuh; --kv-cache 0: the training
+// forward over the whole text for each token). The cache lives only while the sample is
+// drawn: L x T x 2C values, 36 MiB at GPT-2 124M with T=1024.
 static void between_sample(void *tr) {
     Trainer *r = (Trainer *)tr;
     GpuTrainer *t = (GpuTrainer *)r->model;
@@ -106,10 +106,9 @@ static void between_sample(void *tr) {
         sample_text(&r->data->tok, r->o, T, V, r->rng, r->lg, next_logits, t);
         return;
     }
-    KVCacheGpu kv;
-    kv_cache_gpu_init(&kv, &t->model.config, t->model.param, &t->model.modes, t->model.stream, T);
-    sample_text(&r->data->tok, r->o, T, V, r->rng, r->lg, kv_gpu_next_logits, &kv);
-    kv_cache_gpu_free(&kv);
+    const DecoderModes dm = {t->s.decode_graph, t->s.decode_graph};
+    sample_text_gpu(&r->data->tok, r->o, T, r->rng, r->lg, &t->model.config, t->model.param, &t->model.modes, dm,
+                    t->model.stream);
 }
 
 static void between_save(void *tr, int step1) {
@@ -282,10 +281,8 @@ static int generate_main(const GpuSettings *given, ProcessGroup *pg) {
         CUDA_CHECK(cudaStreamCreate(&stream));
         matmul_init(stream);
         MatmulModes modes = MATMUL_MODES_DEFAULT;  // (-ge is not read here: GELU fused where cuBLASLt offers it)
-        KVCacheGpu kv;
-        kv_cache_gpu_init(&kv, &cfg, param, &modes, stream, maxT);
-        generate_text(&tok, o, maxT, cfg.vocab_size, kv_gpu_next_logits, &kv);
-        kv_cache_gpu_free(&kv);
+        const DecoderModes dm = {given->decode_graph, given->decode_graph};
+        generate_text_gpu(&tok, o, &cfg, param, &modes, dm, stream);
         matmul_free();
         cudaStreamDestroy(stream);
         cudaFree(params);

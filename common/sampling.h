@@ -130,16 +130,24 @@ static inline void log_sample(Logger *lg, const Tokenizer *tok, const int *ids, 
     logger_printf(lg, "\n");
 }
 
-// maxT in all: sample_fit) and prints them as text.
+// A sample's start: ids[0..maxT) the end-of-text token, then after the first the prompt's
+// kept tokens (sample_fit); returns their count n, and in *gen the tokens to draw after them.
+static inline int sample_start(const Tokenizer *tok, const TrainOptions *o, int maxT, int *ids, int *gen) {
+    for (int i = 0; i < maxT; i++) ids[i] = GPT2_EOT;
+    TokenVec tv = prompt_tokens(tok, o->prompt);
+    int keep, n = 1;
+    sample_fit((int)tv.len, o->gen_tokens, maxT, &keep, gen);
+    for (size_t i = tv.len - (size_t)keep; i < tv.len; i++) ids[n++] = (int)tv.data[i];
+    tokenvec_free(&tv);
+    return n;
+}
+
+// A sample between steps: from the start token and --prompt, -g tokens drawn through
+// next_logits with *rng (within the context of maxT in all: sample_fit), printed as text.
 static inline void sample_text(const Tokenizer *tok, const TrainOptions *o, int maxT, int V, uint64_t *rng, Logger *lg,
                                NextLogitsFn next_logits, void *model) {
     int *ids = (int *)xmalloc((size_t)maxT * sizeof(int));
-    for (int i = 0; i < maxT; i++) ids[i] = GPT2_EOT;
-    TokenVec tv = prompt_tokens(tok, o->prompt);
-    int keep, gen, n = 1;
-    sample_fit((int)tv.len, o->gen_tokens, maxT, &keep, &gen);
-    for (size_t i = tv.len - (size_t)keep; i < tv.len; i++) ids[n++] = (int)tv.data[i];
-    tokenvec_free(&tv);
+    int gen, n = sample_start(tok, o, maxT, ids, &gen);
     float *probs = (float *)xmalloc((size_t)V * sizeof(float));
     for (int step = 0; step < gen; step++) {
         next_logits(model, ids, n, probs);

@@ -17,10 +17,12 @@ typedef struct {
     const char *hellaswag_file;
     const char *trace_path, *trace_steps;  // --trace FILE and its steps (common/trace.h)
     const char *memory_trace;             // --memory-trace FILE (common/memory_trace.h)
+    const char *prompts_file;             // --prompts FILE: --generate's prompts, one a line
     int B, T, total_batch, max_steps, warmup, val_every, val_batches, sample_every, gen_tokens;
     int ckpt_every, resume, overwrite, overfit, seed, shuffle, check_data, max_skipped, hellaswag;
     int ckpt_keep, ckpt_major, top_k, loader_threads;
     int generate, kv_cache;  // --generate: sample from -e and exit (common/generate.h); sampling's KV cache
+    int num_samples;         // --generate: samples of each prompt
     float lr, final_frac, weight_decay, grad_clip, temperature, wsd_frac, skip_loss_z, skip_norm_z, top_p;
     LRSchedule sched;  // filled in by train_options_validate
 } TrainOptions;
@@ -61,10 +63,11 @@ static inline void train_options_defaults(TrainOptions *o, int default_T) {
     o->top_p = 1.0f;
     o->max_skipped = 100;
     o->kv_cache = 1;
+    o->num_samples = 1;
 }
 
 // Options both trainers take: a trainer's option table starts with these and adds its own.
-#define TRAIN_OPTIONS_COUNT 44
+#define TRAIN_OPTIONS_COUNT 46
 static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     const int n0 = t->n;
     args_add(t, "-i", "--train-data", ARG_STRING, &o->train_pattern, "training shards (glob)");
@@ -104,6 +107,11 @@ static inline void train_options_add(ArgTable *t, TrainOptions *o) {
     args_add(t, NULL, "--generate", ARG_SWITCH, &o->generate,
              "generate -g tokens after --prompt from the model of -e, print them as they come and exit (no "
              "training, no data)");
+    args_add(t, NULL, "--num-samples", ARG_INT, &o->num_samples,
+             "--generate: samples of each prompt, generated together (sample r of the run draws with --seed + r)");
+    args_add(t, NULL, "--prompts", ARG_STRING, &o->prompts_file,
+             "--generate: a text file of prompts, one a line, each continued --num-samples times (instead of "
+             "--prompt)");
     args_add(t, NULL, "--kv-cache", ARG_SWITCH, &o->kv_cache,
              "1: sampling keeps each layer's keys and values, so a token costs one position's forward; 0: the "
              "whole text's forward for each token");
@@ -236,6 +244,12 @@ static inline void train_options_validate(TrainOptions *o) {
     if (o->top_k < 0) fatal("--top-k must be >= 0 (0: every token), got %d", o->top_k);
     if (!(o->top_p > 0 && o->top_p <= 1)) fatal("--top-p must be in (0, 1], got %s", float_text(v, o->top_p));
     if (o->val_every < 0 || o->sample_every < 0) fatal("-v and -s must be >= 0");
+    if (o->num_samples < 1) fatal("--num-samples must be >= 1, got %d", o->num_samples);
+    if (!o->generate && (o->num_samples != 1 || (o->prompts_file && *o->prompts_file)))
+        fatal("--num-samples and --prompts are --generate's: the samples printed during training continue --prompt "
+              "once");
+    if (o->prompts_file && *o->prompts_file && *o->prompt)
+        fatal("--prompt and --prompts %s: give one of them", o->prompts_file);
     if (o->ckpt_every < -1) fatal("-n must be -1 (at the end only), 0 (never) or a number of steps");
     if (o->val_batches != -1 && o->val_batches < 1)
         fatal("-m (validation batches) must be -1 (whole split) or at least 1, got %d", o->val_batches);

@@ -30,6 +30,7 @@ typedef struct {
     int zero_stage;      // 0, 1, 2, 3; 1 and 2 become 0 with one rank (gpu_settings_check)
     int prefetch_layers; // -z 3: the layers gathered ahead of the one in use (1 or 2)
     int fuse_gelu, profile, prefetch, tf32, log_gpu, offload, cuda_graph, fp8, deterministic;
+    int decode_graph;    // generation's step as one CUDA graph with programmatic dependent launch (gpu/generate.cuh)
     const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling, *fp8_weights;
     // derived from the options by gpu_settings_check
     int backend;              // COMM_BACKEND_*
@@ -57,6 +58,7 @@ static void gpu_settings_defaults(GpuSettings *s) {
     // included); 0: the matmul algorithms are picked by timing and the mma.sync flash
     // attention backward adds dq with atomics
     s->deterministic = 1;
+    s->decode_graph = 1;
     s->comm = "nccl";
     s->max_memory = "";
     s->optimizer_state = "fp32";
@@ -118,6 +120,10 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
              "timing, and flash attention's atomic-dq backward where it runs the mma.sync kernels (head size 128, "
              "GPUs other than 9.0, or GPU_ARCH=90): faster there, not bitwise reproducible");
     if (!all) return;
+    args_add(t, NULL, "--decode-graph", ARG_SWITCH, &s->decode_graph,
+             "generation (--generate, and the samples with the KV cache): 1: each step (one position of every "
+             "text) replayed from one CUDA graph whose kernels start with programmatic dependent launch, 0: "
+             "launched kernel by kernel, plainly (the same kernels and results)");
     args_add(t, "-z", "--zero-stage", ARG_INT, &s->zero_stage,
              "ZeRO stage with several ranks: 0 all-reduce the gradients, 1 shard the optimizer state, 2 also the "
              "gradients, 3 also the parameters (each layer's gathered just ahead of use); with one rank, 3 with "

@@ -12,7 +12,12 @@
 #     first token is drawn from all maxT of them, as a full forward over the kept prompt;
 #   - a model whose context holds one token generates, each token from the one before;
 #   - the samples printed during training are the same with and without the cache;
-#   - a missing model file and a malformed --kv-cache are refused with a message naming them.
+#   - several texts at once (--num-samples, --prompts): each sample is the text generated
+#     alone with its seed (--seed + its row), with and without the cache;
+#   - a trainer with --decode-graph (the GPU's): the step replayed from a CUDA graph gives the
+#     same text as its kernels launched one by one;
+#   - a missing model file, a malformed --kv-cache, --num-samples 0, a missing or empty
+#     --prompts file and --num-samples outside --generate are refused with a message naming them.
 # The last line is "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -160,7 +165,71 @@ s0=$(grep '^sample:' "$W/s0/main.log" 2> /dev/null)
 if [ -n "$s1" ] && [ "$s1" = "$s0" ]; then ok "training-time samples: the same with and without the cache ($(echo "$s1" | wc -l) samples)"
 else bad "training-time samples differ or are missing: '$s1' against '$s0'"; fi
 
+# several texts at once: sample r of a batch is the text generated alone with --seed + r
+# sample LOG R: the text of sample R (from 1) of a batched run's log
+sample() { awk -v r="$2" '/^---- sample /{on = ($3 == r); next} /^----$/{on = 0} on' "$1"; }
+printf 'ROMEO:\nKING:\n' > "$W/prompts.txt"
+for kv in 1 0; do
+    "$TRAINER" --generate -e "$MODEL" --prompts "$W/prompts.txt" --num-samples 2 -g 30 --top-p 0.9 --seed 11 \
+        --kv-cache $kv > "$W/batch$kv.log" 2>&1
+    rc=$?
+    same=0
+    for r in 1 2 3 4; do
+        p=$([ $r -le 2 ] && echo "ROMEO:" || echo "KING:")
+        "$TRAINER" --generate -e "$MODEL" --prompt "$p" -g 30 --top-p 0.9 --seed $((10 + r)) --kv-cache $kv \
+            > "$W/alone$kv.$r.log" 2>&1
+        [ -n "$(sample "$W/batch$kv.log" $r)" ] &&
+            [ "$(sample "$W/batch$kv.log" $r)" = "$(text "$W/alone$kv.$r.log" | sed '1d;$d')" ] && same=$((same + 1))
+    done
+    if [ $rc = 0 ] && [ $same = 4 ] && grep -q "4 samples (2 prompts x 2)" "$W/batch$kv.log"; then
+        ok "--kv-cache $kv: --prompts (2 lines) x --num-samples 2: each of the 4 samples is its text generated alone"
+    else bad "--kv-cache $kv: batched samples: exit $rc, $same of 4 equal to their text alone: $(tail -2 \
+        "$W/batch$kv.log" | tr '\n' ' ')"; fi
+done
+"$TRAINER" --generate -e "$MODEL" --prompt "KING:" -g 200 --top-k 1 --num-samples 3 > "$W/batch_slide.log" 2>&1
+if [ $? = 0 ] && [ "$(sample "$W/batch_slide.log" 3)" = "$(text "$W/slide.1" | sed '1d;$d')" ] &&
+    grep -q "texts filled the context (128 tokens) 6 time(s)" "$W/batch_slide.log"
+then ok "--num-samples 3 beyond the context: each text slid twice, and the third is the text alone"
+else bad "--num-samples 3 beyond the context: $(tail -2 "$W/batch_slide.log" | tr '\n' ' ')"; fi
+
+# the GPU's step from a CUDA graph against its kernels one by one
+if "$TRAINER" --help 2>&1 | grep -q -- "--decode-graph"; then
+    for args in "--prompt ROMEO: -g 60 --top-k 1" "--prompt KING: -g 200 --temperature 0.8 --top-p 0.9 --seed 3" \
+                "--prompts $W/prompts.txt --num-samples 3 -g 40 --top-k 40 --seed 5"; do
+        # shellcheck disable=SC2086  # $args: the options as words
+        "$TRAINER" --generate -e "$MODEL" $args --decode-graph 1 > "$W/graph1.log" 2>&1
+        rc1=$?
+        # shellcheck disable=SC2086
+        "$TRAINER" --generate -e "$MODEL" $args --decode-graph 0 > "$W/graph0.log" 2>&1
+        rc0=$?
+        a=$(sed -n '/^----/,/^----$/p' "$W/graph1.log")
+        if [ $rc1 = 0 ] && [ $rc0 = 0 ] && [ "$(echo "$a" | wc -c)" -gt 40 ] &&
+            [ "$a" = "$(sed -n '/^----/,/^----$/p' "$W/graph0.log")" ]
+        then ok "--decode-graph 1 and 0 ($args): the same text ($(grep -m1 'kernels' "$W/graph1.log" |
+            sed 's/^generate: //'))"
+        else bad "--decode-graph 1 and 0 ($args): exit $rc1 / $rc0, the texts differ: $(tail -1 "$W/graph1.log")"; fi
+    done
+else skip "--decode-graph: $TRAINER has no CUDA graph for generation (the GPU trainer's)"; fi
+
 # refusals
+"$TRAINER" --generate -e l2h2c64t64 --num-samples 0 > "$W/ns0.log" 2>&1
+rc=$?
+if [ $rc != 0 ] && grep -q -- "--num-samples must be >= 1" "$W/ns0.log"; then ok "--num-samples 0 is refused"
+else bad "--num-samples 0: exit $rc, $(tail -1 "$W/ns0.log")"; fi
+"$TRAINER" --generate -e l2h2c64t64 --prompts "$W/no_such_prompts.txt" > "$W/np.log" 2>&1
+rc=$?
+if [ $rc != 0 ] && grep -q "no_such_prompts.txt" "$W/np.log"; then ok "a missing --prompts file is refused, naming it"
+else bad "a missing --prompts file: exit $rc, $(tail -1 "$W/np.log")"; fi
+: > "$W/empty.txt"
+"$TRAINER" --generate -e l2h2c64t64 --prompts "$W/empty.txt" > "$W/ep.log" 2>&1
+rc=$?
+if [ $rc != 0 ] && grep -q "empty.txt holds no prompt" "$W/ep.log"; then ok "an empty --prompts file is refused"
+else bad "an empty --prompts file: exit $rc, $(tail -1 "$W/ep.log")"; fi
+"$TRAINER" -e l2h2c64t64 -x 1 --num-samples 2 "${DATA[@]}" > "$W/nst.log" 2>&1
+rc=$?
+if [ $rc != 0 ] && grep -q -- "--num-samples and --prompts are --generate's" "$W/nst.log"
+then ok "--num-samples in training is refused"
+else bad "--num-samples in training: exit $rc, $(tail -1 "$W/nst.log")"; fi
 "$TRAINER" --generate -e "$W/no_such_model.bin" -g 4 > "$W/missing.log" 2>&1
 rc=$?
 if [ $rc != 0 ] && grep -q "no_such_model.bin" "$W/missing.log"; then ok "a missing -e file is refused, naming it"
