@@ -179,10 +179,11 @@ static void decoder_step_kernels(Decoder *d) {
     d->kernels = k + 1;
 }
 
-// Queues the next step: the first launched kernel by kernel (cuBLAS picks its algorithms
-// outside a capture), then, with graphs on, the graph captured from the second and replayed.
+// Queues the next step: with graphs on, the graph (captured at the first step that needs it)
+// replayed. More rows than the matrix-vector kernels take run cuBLAS, which picks its
+// algorithms outside a capture: their first step is launched kernel by kernel.
 static void decoder_step(Decoder *d) {
-    if (d->dm.graph && d->steps > 0) {
+    if (d->dm.graph && (d->steps > 0 || decoder_uses_matvec(d->B))) {
         if (!d->graph) {
             cudaGraph_t g;
             CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
@@ -325,8 +326,8 @@ static void generate_text_gpu(const Tokenizer *tok, const TrainOptions *o, const
     const long steps = decoder_generate(&d, g.ids, g.len, g.rng, generate_on_token, &g, &first_s, &slides);
     const double dt = wall_seconds() - t0;
     generate_finish(o, &g, maxT, dt, first_s, slides);
-    // the steady steps: those after row 0's first token (its prompt's positions and the first
-    // step, launched kernel by kernel while the graph is captured, before)
+    // the steady steps: those after row 0's first token (its prompt's positions and the graph's
+    // capture before)
     const long steady = steps - g.len[0];
     if (steady > 0) {
         const double step_s = (dt - first_s) / steady, bytes = decoder_weight_bytes(cfg);
