@@ -8,7 +8,7 @@
 # dist/gpu to the same place in a checkout of the same commit on the GPU host and run,
 # from the repository root there, e.g. scripts/gpu_check.sh (QUICK=1 for the short one);
 # the GPU scripts look in dist/gpu/bin and dist/gpu/data unless BIN= and DATA= say otherwise.
-# Names in dist/gpu/bin: train_gpt2cu, test_gpt2cu, test_attention, test_wgmma (bf16),
+# Names in dist/gpu/bin: train_gpt2cu, test_gpt2cu, test_decode, test_sample, test_attention, test_wgmma (bf16),
 # the same with _fp16 and _fp32 (no attention tests in fp32), test_comm, bench_matmul, test_fp8, bench_fp8,
 # export_hf, prepro; in dist/gpu/bin/ptx the trainer and its test in each precision and the
 # attention test (bf16, fp16) as compute_80 PTX alone (make cuda-ptx), for gpu_check.sh's
@@ -28,7 +28,7 @@ python3 dev/test/hellaswag_like.py "$DIST/data/hellaswag_like.jsonl" 2000 11
 python3 dev/data/hellaswag.py "$DIST/data/hellaswag_like.jsonl" -o "$DIST/data/hellaswag_like.bin"
 
 suffix() { [ "$1" = BF16 ] || echo "_$(echo "$1" | tr '[:upper:]' '[:lower:]')"; }
-programs() { echo train_gpt2cu test_gpt2cu; [ "$1" = FP32 ] || echo test_attention test_wgmma; }
+programs() { echo train_gpt2cu test_gpt2cu test_decode test_sample; [ "$1" = FP32 ] || echo test_attention test_wgmma; }
 if make -n build/cuda_FP16/train_gpt2cu > /dev/null 2>&1; then
     # a folder per precision: incremental, and the tree's own ./train_gpt2cu stays as it is
     targets=""
@@ -46,9 +46,11 @@ else
     # binaries end as the default build
     for p in FP16 FP32 BF16; do
         echo "make -B PRECISION=$p: $(programs $p | tr '\n' ' ')"
-        make -s -B -j"$JOBS" PRECISION=$p train_gpt2cu test_gpt2cu
+        make -s -B -j"$JOBS" PRECISION=$p train_gpt2cu test_gpt2cu build/test_decode build/test_sample
         cp train_gpt2cu "$DIST/bin/train_gpt2cu$(suffix $p)"
         cp test_gpt2cu "$DIST/bin/test_gpt2cu$(suffix $p)"
+        cp build/test_decode "$DIST/bin/test_decode$(suffix $p)"
+        cp build/test_sample "$DIST/bin/test_sample$(suffix $p)"
         if [ $p != FP32 ]; then
             make -s -B -j"$JOBS" PRECISION=$p build/test_attention build/test_wgmma
             cp build/test_attention "$DIST/bin/test_attention$(suffix $p)"

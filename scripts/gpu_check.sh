@@ -6,7 +6,8 @@
 #      at three shapes: small, head size 64 at T=192, d12 B=4 T=64; --deterministic 0 at
 #      each in bf16 and fp16; --fp8 1 at each in bf16 (current scaling; delayed at d12); --cuda-graph 1,
 #      --offload 1 (bf16 moments), --offload 2 at d12; -r 1 and -r 2 --fuse-gelu 0 at d12 (not
-#      QUICK); test_fp8 (the FP8 casts and matmuls)
+#      QUICK); test_fp8 (the FP8 casts and matmuls); test_decode and test_sample (generation's
+#      linear layers and its draw) in bf16, fp16 and fp32
 #   2. gradient accumulation: 4 micro-steps of B=4 against one of B=16
 #   3. resume bit for bit (bf16, fp16; bf16 with --cuda-graph 1, with --fp8 1), a run repeated
 #      bit for bit, --prefetch 0 against 1, --offload 1 and 2 and --cuda-graph 1 against 0
@@ -166,6 +167,15 @@ if [ -x "$BIN/test_fp8" ]; then
     rc=$?
     verdict $rc "test_fp8: $(tail -1 "$W/fp8.log")" "test_fp8: exit $rc, $(tail -1 "$W/fp8.log" | cut -c1-160)"
 fi
+# generation's kernels: the linear layers (kernels/decode_linear.cuh) and the draw (kernels/sample.cuh)
+for x in test_decode test_sample; do
+    for p in "" _fp16 _fp32; do
+        [ -x "$BIN/$x$p" ] || continue
+        run tests "$x$p" 180 "$BIN/$x$p"
+        rc=$?
+        verdict $rc "$x$p: $(tail -1 "$W/$x$p.log")" "$x$p: exit $rc, $(tail -1 "$W/$x$p.log" | cut -c1-160)"
+    done
+done
 # head size 64 at T=192 reaches flash attention's multi-block paths (and a block cut short
 # by T), which the T <= 64 shapes never do
 for shape in small long d12; do
