@@ -209,7 +209,7 @@ if "$TRAINER" --help 2>&1 | grep -q -- "--decode-graph"; then
             sed 's/^generate: //'))"
         else bad "--decode-graph 1 and 0 ($args): exit $rc1 / $rc0, the texts differ: $(tail -1 "$W/graph1.log")"; fi
     done
-else skip "--decode-graph: $TRAINER has no CUDA graph for generation (the GPU trainer's)"; fi
+else echo "note  --decode-graph is the GPU trainer's: checked with TRAINER= a GPU build"; fi
 
 # refusals
 "$TRAINER" --generate -e l2h2c64t64 --num-samples 0 > "$W/ns0.log" 2>&1
