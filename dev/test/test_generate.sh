@@ -5,7 +5,7 @@
 # checkpoint and from a random model:
 #   - greedy generation (--top-k 1) with the cache gives the same tokens as without it
 #     (--kv-cache 0: the whole text's forward for each token), and so does sampling with a
-#     temperature, --top-p and a seed;
+#     temperature, --top-k and a seed, and (the CPU trainer) with --top-p;
 #   - generation beyond the context slides the window, says so, and still agrees;
 #   - a prompt longer than the context keeps its last tokens and says so;
 #   - a prompt that fills the context (maxT - 1 tokens after the start token, or more): the
@@ -59,7 +59,18 @@ if [ -f "$MODEL" ]; then ok "trained a small model for the checks ($(grep -E '^s
 else bad "training the small model failed: $(tail -2 "$W/train.log" | tr '\n' ' ')"; fi
 
 agree greedy_trained -e "$MODEL" --prompt "ROMEO:" -g 60 --top-k 1
-agree sampled_trained -e "$MODEL" --prompt "First Citizen:" -g 60 --temperature 0.8 --top-p 0.9 --seed 7
+agree sampled_trained -e "$MODEL" --prompt "First Citizen:" -g 60 --temperature 0.8 --top-k 40 --seed 7
+# --top-p 0.9 over this model's near-flat distribution keeps thousands of tokens, each of
+# probability ~1e-4: a logit's last bit can move the cut by one token and the renormalised
+# cumulative sum under the coin by as much. The CPU's two paths share their arithmetic; the
+# GPU's decoder sums its products in another order than the training forward, so there the
+# same seed gives the same text only where the draws' margins exceed that (decoder against
+# decoder, batched against alone and graph against plain, below, stay exact)
+if "$TRAINER" --help 2>&1 | grep -q -- "--decode-graph"; then
+    echo "note  sampled_topp: --top-p over a near-flat distribution, cached against uncached: the CPU trainer's check"
+else
+    agree sampled_topp -e "$MODEL" --prompt "First Citizen:" -g 60 --temperature 0.8 --top-p 0.9 --seed 7
+fi
 agree greedy_random -e l2h4c64t64 --prompt "Hello" -g 40 --top-k 1
 # beyond the context (128): the window slides twice
 agree slide -e "$MODEL" --prompt "KING:" -g 200 --top-k 1
