@@ -196,7 +196,7 @@ static std::vector<floatX> run_in_graph(const Call &c, cudaStream_t s) {
     return download(c.out, (size_t)c.B * c.N);
 }
 
-// the same call through the split a GPU without clusters takes (in one launch: the test's
+// these arguments again, through the split a GPU without clusters takes (in one launch: the test's
 // shapes fit shared memory), pdl off
 static void run_without_clusters(const Call &c, cudaStream_t s) {
     CUDA_CHECK(cudaMemcpyAsync(c.out, c.out0, (size_t)c.B * c.N * sizeof(floatX), cudaMemcpyDeviceToDevice, s));

@@ -116,7 +116,7 @@ struct Setting {
 // ---------------------------------------------------------------------------
 // the CPU's choice, and why a different one may be allowed
 
-// sample_from_logits with the coin given instead of drawn (its three steps, the same calls)
+// sample_from_logits with the coin given instead of drawn (its three steps, each by the function it calls)
 static int cpu_choice(const float *l, int V, Setting st, float coin, std::vector<float> &probs) {
     probs.assign(V, 0.0f);
     float maxv = -FLT_MAX, sum = 0.0f, temp = st.temp > 1e-4f ? st.temp : 1e-4f;
