@@ -290,11 +290,11 @@ build/cuda_%/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH) build/cuda_%/nvcc_fl
 
 cuda-FP16: build/cuda_FP16/test_fp8
 cuda-BF16: build/cuda_BF16/test_fp8
-build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/cuda_%/nvcc_flags
+build/cuda_%/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) dev/test/gpu_testutil.cuh build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 
-DECODE_CUH = kernels/decode_linear.cuh kernels/pdl.cuh kernels/layernorm.cuh kernels/gelu.cuh $(MATMUL_CUH)
+DECODE_CUH = dev/test/gpu_testutil.cuh kernels/decode_linear.cuh kernels/pdl.cuh kernels/layernorm.cuh kernels/gelu.cuh $(MATMUL_CUH)
 build/cuda_%/test_decode: dev/test/test_decode.cu $(DECODE_CUH) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_decode.cu $(NVCC_LIBS)
@@ -303,7 +303,7 @@ build/test_decode: dev/test/test_decode.cu $(DECODE_CUH) build/nvcc_flags  ## ge
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_decode.cu $(NVCC_LIBS)
 
-SAMPLE_CUH = kernels/sample.cuh kernels/common.cuh common/rng.h common/sampling.h
+SAMPLE_CUH = dev/test/gpu_testutil.cuh kernels/sample.cuh kernels/common.cuh common/rng.h common/sampling.h
 build/cuda_%/test_sample: dev/test/test_sample.cu $(SAMPLE_CUH) $(COMMON_H) build/cuda_%/nvcc_flags
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH_FLAGS) -DPRECISION=$(firstword $(subst -, ,$*)) -o $@ dev/test/test_sample.cu $(NVCC_LIBS)
@@ -320,7 +320,7 @@ build/test_wgmma: dev/test/test_wgmma.cu $(ATTN_CUH) build/nvcc_flags  ## wgmma 
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_wgmma.cu $(NVCC_LIBS)
 
-build/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) build/nvcc_flags  ## FP8 casts and cuBLASLt matmul vs the CPU (GPU >= 8.9, bf16)
+build/test_fp8: dev/test/test_fp8.cu $(FP8_CUH) dev/test/gpu_testutil.cuh build/nvcc_flags  ## FP8 casts and cuBLASLt matmul vs the CPU (GPU >= 8.9, bf16)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/test/test_fp8.cu $(NVCC_LIBS)
 

@@ -33,50 +33,23 @@
 //       call, GB/s of weights, % of 3.35 TB/s (H100 SXM) and of this GPU's theoretical peak.
 #include "kernels/decode_linear.cuh"
 #include "kernels/matmul.cuh"
+#include "gpu_testutil.cuh"
 #include <cmath>
 #include <vector>
 #include <thread>
 #include <algorithm>
 #include <time.h>
 
-static uint64_t g_rng;
-static double uniform01() {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return ((g_rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static double normal() { return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
-static std::vector<floatX> randn(size_t n, double mean, double sd) {
-    std::vector<floatX> v(n);
-    for (auto &x : v) x = (floatX)(float)(mean + normal() * sd);
-    return v;
-}
 
-static int g_checks = 0, g_failures = 0;
-static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("  ");
-    vprintf(fmt, ap);
-    printf(" %s\n", ok ? "ok" : "FAIL");
-    va_end(ap);
-    fflush(stdout);
-    g_checks++;
-    g_failures += !ok;
-}
+// GPT-2's linear layers: K = kc * C and N = nc * C (nc = 0: the padded vocabulary), their
+// prologue and epilogue, whether they have a bias
+struct Layer { const char *name; int kc, nc; DecodeIn pro; DecodeOut epi; bool bias; };
+static const Layer layers[] = {{"qkv", 1, 3, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, true},
+                               {"attproj", 1, 1, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL, true},
+                               {"fc", 1, 4, DECODE_IN_LAYERNORM, DECODE_OUT_GELU, true},
+                               {"fcproj", 4, 1, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL, true},
+                               {"lm_head", 1, 0, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, false}};
 
-template <class T> static T *upload(const std::vector<T> &h) {
-    T *d;
-    CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T> static std::vector<T> download(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 static bool same_bits(const std::vector<floatX> &a, const std::vector<floatX> &b) {
     return a.size() == b.size() && !memcmp(a.data(), b.data(), a.size() * sizeof(floatX));
 }
@@ -387,12 +360,6 @@ static void test_shapes(cudaStream_t s) {
         i++;
     }
     // GPT-2's layers: each its own combination at every B, the other combinations at one B each
-    struct Layer { const char *name; int kc, nc; DecodeIn pro; DecodeOut epi; bool bias; };
-    const Layer layers[] = {{"qkv", 1, 3, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, true},
-                            {"attproj", 1, 1, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL, true},
-                            {"fc", 1, 4, DECODE_IN_LAYERNORM, DECODE_OUT_GELU, true},
-                            {"fcproj", 4, 1, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL, true},
-                            {"lm_head", 1, 0, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, false}};
     for (int C : {768, 1600}) {
         printf(" GPT-2 C=%d\n", C);
         for (const Layer &L : layers) {
@@ -588,12 +555,6 @@ static void bench(void) {
            "block; grid blocks x tile groups a block\n", DL_KSTEP);
     printf("%-12s %5s %6s %2s %-24s | %-25s | %-25s | %-25s\n", "layer", "K", "N", "B", "plan KSBxKS xS TBxwarps grid",
            "pdl=0 us GB/s %", "pdl=1 us GB/s %", "cuBLAS us GB/s %");
-    struct Layer { const char *name; int kc, nc; DecodeIn pro; DecodeOut epi; bool bias; };
-    const Layer layers[] = {{"qkv", 1, 3, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, true},
-                            {"attproj", 1, 1, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL, true},
-                            {"fc", 1, 4, DECODE_IN_LAYERNORM, DECODE_OUT_GELU, true},
-                            {"fcproj", 4, 1, DECODE_IN_PLAIN, DECODE_OUT_RESIDUAL, true},
-                            {"lm_head", 1, 0, DECODE_IN_LAYERNORM, DECODE_OUT_PLAIN, false}};
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
@@ -704,6 +665,5 @@ int main(int argc, char **argv) {
     test_layernorm_identity(s);
     test_pdl(s);
     test_shapes(s);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return report_finish();
 }

@@ -12,6 +12,7 @@
 // Exit 1 on any failure; 77 (skipped) in the fp16 and fp32 builds, and without a GPU of compute
 // capability 8.9 or newer (FP8 tensor cores; measured on 9.0 only).
 #include "kernels/fp8.cuh"
+#include "gpu_testutil.cuh"
 #include <vector>
 #include <thread>
 #include <algorithm>
@@ -25,42 +26,7 @@ int main() {
 #else
 
 static const MatmulModes g_modes = MATMUL_MODES_DEFAULT;  // (not tuned: the heuristic's first choice)
-static uint64_t g_rng;
-static double uniform01() {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return ((g_rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static double normal() { return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
-static std::vector<floatX> randn(size_t n, double sd) {
-    std::vector<floatX> v(n);
-    for (auto &x : v) x = (floatX)(float)(normal() * sd);
-    return v;
-}
 
-static int g_checks = 0, g_failures = 0;
-static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("  ");
-    vprintf(fmt, ap);
-    printf(" %s\n", ok ? "ok" : "FAIL");
-    va_end(ap);
-    g_checks++;
-    g_failures += !ok;
-}
-
-template <class T> static T *upload(const std::vector<T> &h, size_t extra_bytes = 0) {
-    T *d;
-    CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T) + extra_bytes));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T> static std::vector<T> download(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 static float download1(const float *d) { return download(d, 1)[0]; }
 static void set1(float *d, float v) { CUDA_CHECK(cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice)); }
 
@@ -124,7 +90,7 @@ static void check_quantize(const char *what, const std::vector<floatX> &x, size_
 
 static void test_quantize() {
     printf("(a) fp8_quantize against fp8.h's encoder\n");
-    std::vector<floatX> x = randn(512 * 768 + 5, 1.0);
+    std::vector<floatX> x = randn(512 * 768 + 5, 0.0, 1.0);
     for (int i = 0; i < 64; i++) x[(size_t)(uniform01() * x.size())] = (floatX)(float)(normal() * 1e-6);  // tiny
     float amax = host_amax(x.data(), x.size());
     for (Fp8Format f : {FP8_E4M3, FP8_E5M2}) {
@@ -132,7 +98,7 @@ static void test_quantize() {
         check_quantize("16-byte path + scalar tail", x, 0, f, s, false);
         check_quantize("unaligned (scalar path)", x, 1, f, s, false);
         check_quantize("saturating (scale x 16)", x, 0, f, 16 * s, false);
-        std::vector<floatX> sp = randn(4096, 3.0);
+        std::vector<floatX> sp = randn(4096, 0.0, 3.0);
         sp[5] = (floatX)INFINITY;
         sp[77] = (floatX)-INFINITY;
         sp[1000] = (floatX)NAN;
@@ -145,7 +111,7 @@ static void test_quantize() {
 // (b) the transposing cast of a rows x cols tensor, or (ld > cols) of the first cols columns
 // of a rows x ld one; both: fp8_quantize_both, which writes the row-major codes as well
 static void check_transpose(int rows, int cols, int ld, Fp8Format f, bool both = false) {
-    std::vector<floatX> x = randn((size_t)rows * ld, 0.05), block((size_t)rows * cols);
+    std::vector<floatX> x = randn((size_t)rows * ld, 0.0, 0.05), block((size_t)rows * cols);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) block[(size_t)r * cols + c] = x[(size_t)r * ld + c];
     float amax_want = host_amax(block.data(), block.size());
@@ -316,9 +282,9 @@ static void test_matmul() {
         {"qkv", 768, 2304}, {"attproj", 768, 768}, {"fc", 768, 3072}, {"fcproj", 3072, 768}};
     for (const Layer &L : layers) {
         const int C = L.C, OC = L.OC;
-        std::vector<floatX> inp = randn((size_t)N * C, 1.0), W = randn((size_t)OC * C, 0.02),
-                            bias = randn(OC, 0.02), dout = randn((size_t)N * OC, 1e-4),
-                            dW0 = randn((size_t)OC * C, 1e-3);
+        std::vector<floatX> inp = randn((size_t)N * C, 0.0, 1.0), W = randn((size_t)OC * C, 0.0, 0.02),
+                            bias = randn(OC, 0.0, 0.02), dout = randn((size_t)N * OC, 0.0, 1e-4),
+                            dW0 = randn((size_t)OC * C, 0.0, 1e-3);
         floatX *dinp = upload(inp), *dW = upload(W), *dbias = upload(bias), *ddout = upload(dout);
         Fp8Tensor qi = make_fp8(dinp, N, C, FP8_E4M3, true), qw = make_fp8(dW, OC, C, FP8_E4M3, true),
                   qd = make_fp8(ddout, N, OC, FP8_E5M2, true);
@@ -372,7 +338,8 @@ static void test_factor_layout() {
     CUDA_CHECK(cudaMalloc(&slots, 16 * sizeof(float)));
     for (auto &sh : shapes) {
         const int N = sh.N, C = sh.C, OC = sh.OC;
-        std::vector<floatX> inp = randn((size_t)N * C, 1.0), W = randn((size_t)OC * C, 0.02), bias = randn(OC, 0.02);
+        std::vector<floatX> inp = randn((size_t)N * C, 0.0, 1.0), W = randn((size_t)OC * C, 0.0, 0.02),
+                            bias = randn(OC, 0.0, 0.02);
         floatX *dinp = upload(inp), *dW = upload(W), *dbias = upload(bias);
         Fp8Tensor qi = make_fp8(dinp, N, C, FP8_E4M3, false), qw = make_fp8(dW, OC, C, FP8_E4M3, false);
         double si = download1(qi.deq), sw = download1(qw.deq);
@@ -444,7 +411,8 @@ static void test_gelu_epilogues() {
     const int N = 512, C = 768, H = 3072;
     const double fast_eps = ldexp(1.0, -8);
     {  // forward, fc: (N, H) = inp (N, C) W^T (W: H x C) + bias
-        std::vector<floatX> inp = randn((size_t)N * C, 1.0), W = randn((size_t)H * C, 0.02), bias = randn(H, 0.02);
+        std::vector<floatX> inp = randn((size_t)N * C, 0.0, 1.0), W = randn((size_t)H * C, 0.0, 0.02),
+                            bias = randn(H, 0.0, 0.02);
         floatX *dinp = upload(inp), *dW = upload(W), *dbias = upload(bias), *dD, *dAux;
         Fp8Tensor qi = make_fp8(dinp, N, C, FP8_E4M3, false), qw = make_fp8(dW, H, C, FP8_E4M3, false);
         Ref r = reference(decoded(qw.q, (size_t)H * C, FP8_E4M3), decoded(qi.q, (size_t)N * C, FP8_E4M3), H, N, C,
@@ -527,7 +495,6 @@ int main(int argc, char **argv) {
     test_factor_layout();
     test_gelu_epilogues();
     matmul_free();
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return report_finish();
 }
 #endif

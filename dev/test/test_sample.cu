@@ -21,43 +21,13 @@
 // Exit 1 on any failure; 77 (skipped) without a GPU.
 #include "kernels/sample.cuh"
 #include "common/sampling.h"
+#include "gpu_testutil.cuh"
 #include <vector>
 #include <algorithm>
 #include <time.h>
 
-static uint64_t g_rng;
-static double uniform01() {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return ((g_rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static double normal() { return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
 static int irand(int n) { return (int)(uniform01() * n) % n; }
 
-static int g_checks = 0, g_failures = 0;
-static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("  ");
-    vprintf(fmt, ap);
-    printf(" %s\n", ok ? "ok" : "FAIL");
-    va_end(ap);
-    g_checks++;
-    g_failures += !ok;
-    fflush(stdout);
-}
-
-template <class T> static T *upload(const std::vector<T> &h) {
-    T *d;
-    CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(h.size(), 1) * sizeof(T)));
-    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T> static std::vector<T> download(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
 
 // ---------------------------------------------------------------------------
 // rows
@@ -605,6 +575,5 @@ int main(int argc, char **argv) {
     test_boundary_coins();
     test_greedy_near_ties();
     test_repeat_and_scratch();
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return report_finish();
 }
