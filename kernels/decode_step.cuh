@@ -44,7 +44,6 @@ static void decode_embed(floatX *x, const DecodeRows *r, const floatX *wte, cons
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 decode_sample_kernel(DecodeRows r, const floatX *logits, int ld, int V, int maxT, int gen, float temperature,
                      int top_k, float top_p, float *scratch) {
-    __shared__ float coin;
     pdl_trigger();
     pdl_wait();
     const int b = blockIdx.x, B = gridDim.x, pos = r.pos[b], n = r.n[b], left = r.left[b];
@@ -53,13 +52,8 @@ decode_sample_kernel(DecodeRows r, const floatX *logits, int ld, int V, int maxT
         return;
     }
     if (left == 0) return;
-    if (threadIdx.x == 0) {
-        uint64_t st = r.rng[b];
-        coin = rng_uniform(&st);
-        r.rng[b] = st;
-    }
-    __syncthreads();
-    const int id = sample_row(logits + (size_t)b * ld, V, temperature, top_k, top_p, coin, scratch + (size_t)b * V);
+    const int id = sample_row_draw(&r.rng[b], logits + (size_t)b * ld, V, temperature, top_k, top_p,
+                                   scratch + (size_t)b * V);
     if (threadIdx.x != 0) return;
     r.emit[(size_t)(gen - left) * B + b] = id;
     r.left[b] = left - 1;
@@ -79,13 +73,7 @@ decode_sample_kernel(DecodeRows r, const floatX *logits, int ld, int V, int maxT
 
 static void decode_sample(const DecodeRows *r, const floatX *logits, int ld, int V, int B, int maxT, int gen,
                           float temperature, int top_k, float top_p, float *scratch, int pdl, cudaStream_t s) {
-    // the row in shared memory where it fits beside the kernel's own (sample_row), else in scratch
-    cudaFuncAttributes fa;
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, decode_sample_kernel));
-    size_t smem = (size_t)V * sizeof(float);
-    if (smem + fa.sharedSizeBytes > (size_t)device_caps()->smem_optin) smem = 0;
-    else if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(decode_sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = sample_row_smem(decode_sample_kernel, V);  // (0: the row in scratch)
     launch_pdl(decode_sample_kernel, dim3(B), dim3(SAMPLE_THREADS), smem, s, pdl, *r, logits, ld, V, maxT, gen,
                temperature, top_k, top_p, scratch);
 }

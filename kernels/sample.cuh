@@ -715,35 +715,46 @@ __device__ int sample_row(const floatX *logits, int V, float temperature, int to
     return draw(sh, w, buf, V, coin, ucut, idcut, false, 0.0f, fscale);
 }
 
+// sample_row with the coin drawn from *rng (one draw, as the CPU's sample_from_logits makes;
+// thread 0 draws it): every thread of the block calls it and gets the id
+__device__ int sample_row_draw(uint64_t *rng, const floatX *logits, int V, float temperature, int top_k, float top_p,
+                               float *scratch) {
+    __shared__ float coin;
+    if (threadIdx.x == 0) coin = rng_uniform(rng);
+    __syncthreads();
+    return sample_row(logits, V, temperature, top_k, top_p, coin, scratch);
+}
+
 // One block per row b < B: rows whose active[b] is 0 (active may be NULL: all) draw nothing and leave rng[b] and
 // out[b] unchanged; the others draw coin = rng_uniform(&rng[b]) (exactly one draw, as the CPU does) and write
 // out[b] = sample_row(logits + b * ld, ...). scratch: row b's is scratch + b * V (see sample_row).
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_kernel(int *out, const floatX *logits, int ld, int V, float temperature, int top_k, float top_p,
               uint64_t *rng, const int *active, float *scratch) {
-    __shared__ float coin;
     const int b = blockIdx.x;
     if (active && !active[b]) return;
-    if (threadIdx.x == 0) coin = rng_uniform(&rng[b]);
-    __syncthreads();
-    const int id = sample_row(logits + (size_t)b * ld, V, temperature, top_k, top_p, coin,
-                              scratch ? scratch + (size_t)b * V : NULL);
+    const int id = sample_row_draw(&rng[b], logits + (size_t)b * ld, V, temperature, top_k, top_p,
+                                   scratch ? scratch + (size_t)b * V : NULL);
     if (threadIdx.x == 0) out[b] = id;
+}
+
+// The dynamic shared memory to launch `kernel` (one that calls sample_row) with for rows of V
+// tokens: V floats where they fit beside its static shared memory on this GPU (its opt-in
+// raised to that), else 0, and sample_row then keeps the row in scratch.
+template <typename Kernel> static size_t sample_row_smem(Kernel kernel, int V) {
+    cudaFuncAttributes fa;
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    const DeviceCaps *caps = device_caps();
+    const size_t smem = (size_t)V * sizeof(float), optin = caps ? (size_t)caps->smem_optin : 48 * 1024;
+    if (smem + fa.sharedSizeBytes > optin) return 0;
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    return smem;
 }
 
 // Whether sample_kernel keeps a row of V tokens in shared memory on this GPU; if not, sample_rows needs scratch
 // of B * V floats.
-static bool sample_row_fits_smem(int V) {
-    static int optin = -1, static_bytes = 0;
-    if (optin < 0) {
-        const DeviceCaps *caps = device_caps();
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, sample_kernel));
-        static_bytes = (int)fa.sharedSizeBytes;
-        optin = caps ? caps->smem_optin : 48 * 1024;
-    }
-    return (size_t)V * sizeof(float) + (size_t)static_bytes <= (size_t)optin;
-}
+static bool sample_row_fits_smem(int V) { return sample_row_smem(sample_kernel, V) != 0; }
 
 // out[b] for the rows b < B of logits (row stride ld): sample_kernel on stream s, no host synchronisation (a CUDA
 // graph may hold it). scratch: B * V floats, or NULL where sample_row_fits_smem(V).
@@ -752,15 +763,8 @@ static void sample_rows(int *out, const floatX *logits, int ld, int V, int B, fl
     if (B <= 0) return;
     if (V < 1 || V > SAMPLE_MAX_V || ld < V)
         fatal("sample_rows: %d tokens a row (row stride %d): the kernel samples from 1 to %d", V, ld, SAMPLE_MAX_V);
-    static size_t smem_set = 48 * 1024;
-    size_t smem = (size_t)V * sizeof(float);
-    if (!sample_row_fits_smem(V)) {
-        if (!scratch) fatal("sample_rows: a row of %d tokens does not fit in shared memory: it needs scratch", V);
-        smem = 0;
-    } else if (smem > smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
-    }
+    const size_t smem = sample_row_smem(sample_kernel, V);
+    if (!smem && !scratch) fatal("sample_rows: a row of %d tokens does not fit in shared memory: it needs scratch", V);
     sample_kernel<<<B, SAMPLE_THREADS, smem, s>>>(out, logits, ld, V, temperature, top_k, top_p, rng, active,
                                                   scratch);
     LAUNCH_CHECK();
