@@ -244,9 +244,10 @@ static void report_end(const GpuTrainer *t, Logger *lg, const TrainState *run, s
     phase_timer_print(&t->phases);
     printf("device memory used at peak (cudaMemGetInfo: the GPU's use less its use before this run%s): %.0f MiB\n",
            t->dp.world > 1 ? "; rank 0's GPU" : "", peak_used * mib);
-    printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB\n", host_peak_bytes() * mib);
-    trainer_print_graphs(t);
     const PlanInput plan = {&t->model.config, s};
+    printf("host memory at peak (VmHWM, rank 0's process): %.0f MiB, planned %.0f MiB\n", host_peak_bytes() * mib,
+           host_plan_bytes(&plan, gpu_memory_setting(s, t->dp.world)) * mib);
+    trainer_print_graphs(t);
     print_memory_vs_budget(peak_used, device_plan_bytes(&plan, gpu_memory_setting(s, t->dp.world)),
                            s->max_memory_bytes);
     sum->device_peak_mib = peak_used * mib;
@@ -338,7 +339,8 @@ int main(int argc, char **argv) {
     if (rank0) run_dir_claim(&rd, o->resume, o->overwrite, o->model_arg);
     const PlanInput plan = {&cfg, &s};
     const MemorySetting setting = gpu_memory_setting(&s, pg.world);
-    memory_budget_gate(&plan, setting, rank0);
+    memory_budget_gate(&plan, setting, pg.local_world, rank0);
+    host_memory_gate(&plan, setting, pg.local_world, rank0);
     TrainData data;
     train_data_open(&data, o, cfg.vocab_size, pg.rank, pg.world);
     const int resume_step = resume_step_pick(o, &rd, &pg, shard_rank);
@@ -347,7 +349,7 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     const int dev = gpu_open(&pg, s.backend, &prop);
     const size_t used0 = device_used_bytes();
-    device_memory_check(&plan, setting, dev, &prop);
+    device_memory_check(&plan, setting, pg.local_world, dev, &prop);
     Comm comm;
     comm_init(&comm, &pg, pg.world > 1 ? s.backend : COMM_BACKEND_NONE);
     GpuTrainer t;

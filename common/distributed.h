@@ -15,6 +15,7 @@
 
 typedef struct {
     int rank, world, local_rank;
+    int local_world;  // ranks on this node (their host memory is shared): from MPI, or LOCAL_WORLD_SIZE (else 1)
     int using_mpi;
 } ProcessGroup;
 
@@ -52,6 +53,7 @@ static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
         MPI_Comm node;
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node);
         MPI_Comm_rank(node, &pg->local_rank);
+        MPI_Comm_size(node, &pg->local_world);
         MPI_Comm_free(&node);
         return;
     }
@@ -67,6 +69,9 @@ static inline void pg_init(ProcessGroup *pg, int *argc, char ***argv) {
         fatal("WORLD_SIZE=%d but RANK is not set: every process needs its RANK (0..%d)", pg->world, pg->world - 1);
     pg->rank = env_int("RANK", 0);
     pg->local_rank = env_int("LOCAL_RANK", pg->rank);
+    pg->local_world = env_int("LOCAL_WORLD_SIZE", 1);
+    if (pg->local_world < 1 || pg->local_world > pg->world)
+        fatal("LOCAL_WORLD_SIZE=%d must be from 1 to WORLD_SIZE=%d", pg->local_world, pg->world);
     if (pg->world < 1) fatal("WORLD_SIZE must be at least 1, got %d", pg->world);
     if (pg->rank >= pg->world) fatal("RANK=%d must be below WORLD_SIZE=%d", pg->rank, pg->world);
 }

@@ -397,6 +397,34 @@ static inline size_t host_peak_bytes(void) {
     return kib * 1024;
 }
 
+// The host memory this process may still take: /proc/meminfo's MemAvailable (free memory
+// and what the kernel can reclaim), or less where the process's cgroup (v2: memory.max less
+// memory.current, a container's limit) leaves less; 0 where neither says.
+static inline size_t host_available_bytes(void) {
+    size_t avail = 0, kib = 0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1) {
+                avail = kib * 1024;
+                break;
+            }
+        fclose(f);
+    }
+    unsigned long long max = 0, cur = 0;
+    f = fopen("/sys/fs/cgroup/memory.max", "r");
+    int limited = f && fscanf(f, "%llu", &max) == 1;  // ("max": no limit, not a number)
+    if (f) fclose(f);
+    f = limited ? fopen("/sys/fs/cgroup/memory.current", "r") : NULL;
+    if (f && fscanf(f, "%llu", &cur) == 1) {
+        const size_t left = cur < max ? (size_t)(max - cur) : 0;
+        if (!avail || left < avail) avail = left;
+    }
+    if (f) fclose(f);
+    return avail;
+}
+
 // Strict number parsing for flags and config values: the whole string must be a number.
 static inline int parse_long(const char *s, long *out) {
     if (!s || !*s) return 0;

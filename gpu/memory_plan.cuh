@@ -1,6 +1,7 @@
 // gpu/memory_plan.cuh: the device memory a run will take, planned from its settings without a
 // GPU (--max-device-memory, gpu/host/memory_budget.h, holds the plan against a budget and
-// names the settings that fit), and checked against the GPU's free memory once it is open.
+// names the settings that fit), and checked against the GPU's free memory once it is open;
+// and the host memory it will take, held against --max-host-memory or what the host has.
 // It plans from the sizes the model, the optimizer and the FP8 layers allocate by, without
 // the trainer; what a built trainer reports is gpu/memory_report.cuh's.
 #pragma once
@@ -77,6 +78,65 @@ static size_t device_plan_bytes(const void *ctx, MemorySetting m) {
     return d.params + d.grads + d.optimizer + d.acts + d.scratch + d.other;
 }
 
+// The host memory of one process: what --offload pins (the optimizer state; with one rank's
+// -z 3 --offload 2 the bf16 model too), the largest pageable buffers it holds at once (the
+// model in fp32 while it is built or a checkpoint read, this rank's shard of it, and a
+// checkpoint's two moments where they are not written in place) and the program's own.
+// Beyond its buffers a process holds its code, the CUDA runtime's host memory and the data
+// loader's: HOST_RESERVE_BYTES, an estimate (the end of a run prints its host memory at peak).
+#define HOST_RESERVE_BYTES ((size_t)1 << 30)
+
+typedef struct {
+    size_t pinned_state, pinned_params, buffers, reserve;
+} HostPlan;
+
+static HostPlan gpt2_host_plan(const PlanInput *in, MemorySetting m) {
+    HostPlan h;
+    memset(&h, 0, sizeof h);
+    const int sharded = m.ranks > 1 && m.zero_stage > 0;
+    ZeroLayout zl;
+    if (optimizer_layout(&zl, in->cfg, sharded ? m.ranks : 1)) {
+        h.buffers = SIZE_MAX;
+        return h;
+    }
+    const size_t ns = zl.shard_elems, n = zl.n;
+    h.pinned_state = m.offload ? optimizer_state_bytes(ns, optimizer_has_master(in->s), m.moments_bf16) : 0;
+    h.pinned_params = params_on_host(m.zero_stage, m.ranks, m.offload) ? ns * sizeof(floatX) : 0;
+    const int moments_in_place = m.offload && !m.moments_bf16;  // (kernels/offload.cuh: offload_host_fp32)
+    h.buffers = n * sizeof(float) + (moments_in_place ? 0 : 2 * ns * sizeof(float)) +
+                (sharded || m.zero_stage == 3 ? ns * sizeof(float) : 0);
+    h.reserve = HOST_RESERVE_BYTES;
+    return h;
+}
+
+static size_t host_plan_bytes(const void *ctx, MemorySetting m) {
+    HostPlan h = gpt2_host_plan((const PlanInput *)ctx, m);
+    if (h.buffers == SIZE_MAX) return SIZE_MAX;
+    return h.pinned_state + h.pinned_params + h.buffers + h.reserve;
+}
+
+static const char *host_plan_text(char *buf, size_t cap, const HostPlan *h) {
+    char a[32], b[32], c[32], d[32];
+    snprintf(buf, cap, "%s%s%s%s%s%sbuffers %s, program %s", h->pinned_state ? "optimizer state " : "",
+             h->pinned_state ? gib_text(a, sizeof a, h->pinned_state) : "", h->pinned_state ? " pinned, " : "",
+             h->pinned_params ? "parameters " : "", h->pinned_params ? gib_text(b, sizeof b, h->pinned_params) : "",
+             h->pinned_params ? " pinned, " : "", gib_text(c, sizeof c, h->buffers), gib_text(d, sizeof d, h->reserve));
+    return buf;
+}
+
+// The host memory one process may plan for: --max-host-memory, or what the host has available,
+// shared among the ranks on it (0: unknown)
+static size_t host_limit_per_rank(const GpuSettings *s, int local_ranks) {
+    const size_t total = s->max_host_bytes ? s->max_host_bytes : host_available_bytes();
+    return total / (local_ranks > 1 ? local_ranks : 1);
+}
+
+// What the budget's search asks: the device plan and, with its limit, the host's
+static MemoryPlanner gpt2_planner(const PlanInput *in, int local_ranks) {
+    MemoryPlanner p = {device_plan_bytes, host_plan_bytes, in, host_limit_per_rank(in->s, local_ranks)};
+    return p;
+}
+
 // "parameters 0.23 GiB, gradients ..." for the budget's messages
 static const char *device_plan_text(char *buf, size_t cap, const DevicePlan *d) {
     const double g = 1.0 / (1024.0 * 1024 * 1024);
@@ -113,19 +173,62 @@ static GpuSettings gpu_settings_resolve(const GpuSettings *given, const GPT2Conf
 
 // --max-device-memory, before any GPU work: the plan against the budget (stops naming the
 // settings that fit when it is over)
-static void memory_budget_gate(const PlanInput *in, MemorySetting m, int print) {
+static void memory_budget_gate(const PlanInput *in, MemorySetting m, int local_ranks, int print) {
     if (!in->s->max_memory_bytes) return;
     DevicePlan d = gpt2_device_plan(in, m);
     char text[256];
-    memory_budget_check(in->s->max_memory_bytes, m, device_plan_bytes, in, device_plan_text(text, sizeof text, &d),
-                        print);
+    const MemoryPlanner p = gpt2_planner(in, local_ranks);
+    memory_budget_check(in->s->max_memory_bytes, m, &p, device_plan_text(text, sizeof text, &d), print);
+}
+
+// Before any GPU work: the host memory the ranks on this host will take against
+// --max-host-memory or what the host has available, so that a run the host cannot hold stops
+// now rather than when its state is pinned or a checkpoint is written hours later. Prints
+// the plan (print) where the run pins memory or gave a limit.
+static void host_memory_gate(const PlanInput *in, MemorySetting m, int local_ranks, int print) {
+    const GpuSettings *s = in->s;
+    const size_t limit = host_limit_per_rank(s, local_ranks), need = host_plan_bytes(in, m);
+    const HostPlan h = gpt2_host_plan(in, m);
+    char text[256], a[32], b[32], ranks[64] = "", what[128];
+    host_plan_text(text, sizeof text, &h);
+    if (local_ranks > 1) snprintf(ranks, sizeof ranks, " per rank (%d ranks on this host)", local_ranks);
+    if (s->max_host_bytes)
+        snprintf(what, sizeof what, "--max-host-memory %s", gib_text(b, sizeof b, s->max_host_bytes));
+    else
+        snprintf(what, sizeof what, "this host's %s available",
+                 gib_text(b, sizeof b, limit * (local_ranks > 1 ? local_ranks : 1)));
+    if (!limit || need <= limit) {
+        if (print && (m.offload || s->max_host_bytes))
+            printf("host memory plan: %s%s of %s (%s)\n", gib_text(a, sizeof a, need), ranks,
+                   limit ? what : "an unknown amount", text);
+        return;
+    }
+    // what would need less: bf16 moments, then the state on the device (if the device has room)
+    char alt[512] = "";
+    size_t n = 0;
+    MemorySetting lean = m;
+    lean.moments_bf16 = 1;
+    if (!m.moments_bf16 && host_plan_bytes(in, lean) <= limit)
+        n += snprintf(alt + n, sizeof alt - n, "\n  --optimizer-state bf16: %s",
+                      gib_text(b, sizeof b, host_plan_bytes(in, lean)));
+    MemorySetting dev = m;
+    dev.offload = 0;
+    dev.zero_stage = m.ranks > 1 ? m.zero_stage : 0;
+    if (m.offload && host_plan_bytes(in, dev) <= limit)
+        n += snprintf(alt + n, sizeof alt - n, "\n  --offload 0%s (the state on the device, if it has room: "
+                      "--max-device-memory checks that): %s", m.ranks == 1 && m.zero_stage == 3 ? " -z 0" : "",
+                      gib_text(b, sizeof b, host_plan_bytes(in, dev)));
+    fatal("%s: this run needs %s of host memory%s (%s); %s%s%s", what, gib_text(a, sizeof a, need), ranks, text,
+          n ? "settings that need less:" : "free host memory, or use a host with more (or fewer ranks on it)", alt,
+          s->max_host_bytes ? "" : "\n(--max-host-memory SIZE plans for SIZE instead: where swap makes up the rest)");
 }
 
 // Before any large allocation, once the GPU is open: a budget against the card's size, and
 // the plan against the GPU's free memory (the CUDA context and other processes already out
 // of it), so that a run too large for this GPU stops naming settings that fit instead of
 // failing in the middle of its allocations
-static void device_memory_check(const PlanInput *in, MemorySetting m, int dev, const cudaDeviceProp *prop) {
+static void device_memory_check(const PlanInput *in, MemorySetting m, int local_ranks, int dev,
+                                const cudaDeviceProp *prop) {
     char card[300], why[512], what[340], text[256], f[32];
     snprintf(card, sizeof card, "GPU %d (%s)", dev, prop->name);
     if (memory_budget_vs_card(in->s->max_memory_bytes, prop->totalGlobalMem, card, why, sizeof why))
@@ -134,5 +237,6 @@ static void device_memory_check(const PlanInput *in, MemorySetting m, int dev, c
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     snprintf(what, sizeof what, "%s has %s free", card, gib_text(f, sizeof f, free_b));
     DevicePlan d = gpt2_device_plan(in, m);
-    memory_limit_check(what, free_b, m, device_plan_bytes, in, device_plan_text(text, sizeof text, &d), 0);
+    const MemoryPlanner p = gpt2_planner(in, local_ranks);
+    memory_limit_check(what, free_b, m, &p, device_plan_text(text, sizeof text, &d), 0);
 }

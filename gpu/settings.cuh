@@ -31,7 +31,7 @@ typedef struct {
     int prefetch_layers; // -z 3: the layers gathered ahead of the one in use (1 or 2)
     int fuse_gelu, profile, prefetch, tf32, log_gpu, offload, cuda_graph, fp8, deterministic;
     int decode_graph;    // generation's step as one CUDA graph with programmatic dependent launch (gpu/generate.cuh)
-    const char *comm, *max_memory, *optimizer_state, *fp8_layers, *fp8_scaling, *fp8_weights;
+    const char *comm, *max_memory, *max_host_memory, *optimizer_state, *fp8_layers, *fp8_scaling, *fp8_weights;
     // derived from the options by gpu_settings_check
     int backend;              // COMM_BACKEND_*
     int shard_grads;          // ZeRO-2 or -3 over several ranks: the gradients in two layer slots
@@ -41,6 +41,7 @@ typedef struct {
     int fp8_cast;             // FP8's weights cast before each matmul, no copies kept (-1: auto, resolved by
                               // fp8_weights_resolve)
     size_t max_memory_bytes;  // --max-device-memory (0: no budget)
+    size_t max_host_bytes;    // --max-host-memory (0: what the host has available)
     int total_batch_implied;  // -d -1, resolved to B*T*ranks (gpu_settings_resolve): a plan's advice names -d
 } GpuSettings;
 
@@ -61,6 +62,7 @@ static void gpu_settings_defaults(GpuSettings *s) {
     s->decode_graph = 1;
     s->comm = "nccl";
     s->max_memory = "";
+    s->max_host_memory = "";
     s->optimizer_state = "fp32";
     s->fp8_layers = FP8_LAYERS_DEFAULT;
     s->fp8_scaling = FP8_SCALING_DEFAULT;
@@ -146,6 +148,10 @@ static void gpu_settings_add_options(ArgTable *t, GpuSettings *s, int which) {
     args_add(t, NULL, "--max-device-memory", ARG_STRING, &s->max_memory,
              "the most device memory the run may plan for, e.g. 16G (checked before any GPU work; a run that does "
              "not fit stops naming settings that do); empty: no limit");
+    args_add(t, NULL, "--max-host-memory", ARG_STRING, &s->max_host_memory,
+             "the most host memory the run's ranks on one host may plan for together, e.g. 64G (checked before any "
+             "GPU work: the memory --offload pins and the buffers a checkpoint holds); empty: what the host has "
+             "available (MemAvailable, or less where a cgroup limits the run)");
     args_add(t, NULL, "--prefetch", ARG_SWITCH, &s->prefetch,
              "1: read and prepare the next micro-batch on the host while the GPU runs the current one, 0: when its "
              "micro-step starts");
@@ -212,6 +218,17 @@ static int params_on_host(int zero_stage, int ranks, int offload) {
     return zero_stage == 3 && ranks == 1 && offload == OFFLOAD_STAGED;
 }
 
+// A size flag's value in bytes (0: empty, no limit); anything but a size with its unit stops the run
+static size_t size_flag(const char *flag, const char *text) {
+    size_t bytes = 0, unused;
+    if (!*text || parse_bytes(text, &bytes)) return bytes;
+    char with_unit[64];
+    snprintf(with_unit, sizeof with_unit, "%sG", text);
+    if (parse_bytes(with_unit, &unused))  // a number that a unit would make a size
+        fatal("%s %s: give a unit, K, M, G or T (binary: G is 2^30 bytes), e.g. 16G", flag, text);
+    fatal("%s: '%s' is not a size (e.g. 16G, 512M, 1.5G)", flag, text);
+}
+
 // Checks the GPU options (the shared ones: train_options_validate) and derives what they
 // imply, before any GPU work. pg: the ranks of this run.
 static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
@@ -256,16 +273,8 @@ static void gpu_settings_check(GpuSettings *s, const ProcessGroup *pg) {
     if (s->cuda_graph && pg->world > 1)
         fatal("--cuda-graph 1 runs on one rank (the gradient reductions are not captured); %d ranks: use "
               "--cuda-graph 0", pg->world);
-    s->max_memory_bytes = 0;
-    if (*s->max_memory && !parse_bytes(s->max_memory, &s->max_memory_bytes)) {
-        char with_unit[64];
-        size_t unused;
-        snprintf(with_unit, sizeof with_unit, "%sG", s->max_memory);
-        if (parse_bytes(with_unit, &unused))  // a number that a unit would make a size
-            fatal("--max-device-memory %s: give a unit, K, M, G or T (binary: G is 2^30 bytes), e.g. 16G",
-                  s->max_memory);
-        fatal("--max-device-memory: '%s' is not a size (e.g. 16G, 512M, 1.5G)", s->max_memory);
-    }
+    s->max_memory_bytes = size_flag("--max-device-memory", s->max_memory);
+    s->max_host_bytes = size_flag("--max-host-memory", s->max_host_memory);
     if (s->prefetch_layers < 1 || s->prefetch_layers > 2)
         fatal("--prefetch-layers must be 1 or 2, got %d", s->prefetch_layers);
     if (s->zero_stage == 3 && s->cuda_graph)

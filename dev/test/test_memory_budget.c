@@ -9,7 +9,9 @@
 // rank only for a one-rank run below stage 3, with its moments; memory_budget_check
 // returns when the plan fits and otherwise exits through fatal() naming the budget, the need,
 // the breakdown and what fits; memory_limit_check does the same under the name of another
-// limit (a GPU's free memory); memory_budget_vs_card refuses a budget above the card's size.
+// limit (a GPU's free memory); memory_budget_vs_card refuses a budget above the card's size;
+// with a host plan the lines that put memory on the host name how much, and a setting whose
+// host memory is over the host's limit is not named.
 // Random trials use a fresh seed, printed; `test_memory_budget SEED` repeats a run.
 #include "testutil.h"
 #include "../../gpu/host/memory_budget.h"
@@ -152,6 +154,9 @@ static size_t fake_plan(const void *ctx, MemorySetting s) {
     if (s.zero_stage == 3 && s.ranks == 1 && s.offload == MEMORY_OFFLOAD_SUGGESTED) param /= 8;
     return p->fixed + param + opt + grad + (size_t)s.B * p->act[s.recompute];
 }
+
+// the fake plan p as a search's planner: the device alone
+#define FAKE_PLANNER(p) ((MemoryPlanner){fake_plan, NULL, (p), 0})
 
 // whether s fits, computed here without the header: a plan within the budget and a whole
 // number of micro-steps
@@ -388,7 +393,8 @@ static const char *g_check_breakdown = "weights 2.00 GiB, optimizer 12.00 GiB, a
 static void check_child(const char *verbose) {
     dup2(2, 1);
     g_plan_now = g_check_now;
-    memory_budget_check(g_check_budget, g_check_now, fake_plan, &g_check_plan, g_check_breakdown, verbose[0] == '1');
+    memory_budget_check(g_check_budget, g_check_now, &FAKE_PLANNER(&g_check_plan), g_check_breakdown,
+                        verbose[0] == '1');
     fflush(stdout);
 }
 
@@ -396,8 +402,8 @@ static void check_child(const char *verbose) {
 static void free_memory_child(const char *verbose) {
     dup2(2, 1);
     g_plan_now = g_check_now;
-    memory_limit_check("GPU 0 (test card) has 24.00 GiB free", g_check_budget, g_check_now, fake_plan, &g_check_plan,
-                       g_check_breakdown, verbose[0] == '1');
+    memory_limit_check("GPU 0 (test card) has 24.00 GiB free", g_check_budget, g_check_now,
+                       &FAKE_PLANNER(&g_check_plan), g_check_breakdown, verbose[0] == '1');
     fflush(stdout);
 }
 
@@ -424,7 +430,7 @@ static void expect_suggestions(const char *what, const FakePlan *p, MemorySettin
     char msg[2048];
     g_plan_now = now;
     g_plan_misuse = 0;
-    int n = memory_suggestions(budget, now, fake_plan, p, msg, sizeof msg);
+    int n = memory_suggestions(budget, now, &FAKE_PLANNER(p), msg, sizeof msg);
     CHECK(n == want_n, "%s: %d suggestions, expected %d:%s", what, n, want_n, msg);
     CHECK(strcmp(msg, want) == 0, "%s: got\n%s\n    expected\n%s", what, msg, want);
     CHECK(!g_plan_misuse, "%s: the plan was asked about a setting outside the search", what);
@@ -694,6 +700,49 @@ static void test_hand_zero3(void) {
 
 // a run with a setting -z 3 refuses (--fp8 1, --cuda-graph 1) is never offered -z 3, on one GPU
 // or over ranks: the 5.5 GiB budget above, where -z 3 lines came first, now names only ZeRO-2
+// The host memory of hand_plan's settings: 1 GiB of buffers, the optimizer state (12 GiB) pinned
+// with offload, and the parameters (2 GiB) too with one rank's -z 3 --offload 2
+static size_t fake_host(const void *ctx, MemorySetting s) {
+    const FakePlan *p = (const FakePlan *)ctx;
+    size_t h = GIB;
+    if (s.offload) h += opt_bytes(p, s.moments_bf16 != 0);
+    if (s.offload == MEMORY_OFFLOAD_SUGGESTED && s.zero_stage == 3 && s.ranks == 1) h += p->param;
+    return h;
+}
+
+static void test_hand_host(void) {
+    // 24 GiB as in test_hand_local_and_zero: the lines that put the state on the host name their
+    // host memory (13 GiB; 15 with the parameters) and stay while the host holds them
+    const char *head = "\n  -b 8 (64 micro-steps per step): 22.00 GiB"
+                       "\n  -r 1 -b 16 (32 micro-steps per step): 22.00 GiB"
+                       "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB"
+                       "\n  --optimizer-state bf16 -b 16 (32 micro-steps per step): 22.00 GiB";
+    const char *off = "\n  --offload 2 -b 32 (16 micro-steps per step): 22.00 GiB, and 13.00 GiB of host memory";
+    const char *z3 = "\n  --offload 2 -z 3 -r 1: 20.25 GiB, and 15.00 GiB of host memory";
+    const char *zero = "\n  -z 1 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 20.00 GiB "
+                       "per GPU"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 17.00 GiB "
+                       "per GPU";
+    const struct {
+        size_t limit;
+        int with_off, with_z3;
+    } cases[] = {{0, 1, 1}, {64 * GIB, 1, 1}, {15 * GIB, 1, 1}, {14 * GIB, 1, 0}, {12 * GIB, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        MemoryPlanner p = {fake_plan, fake_host, &hand_plan, cases[i].limit};
+        char msg[2048], want[2048];
+        snprintf(want, sizeof want, "%s%s%s%s", head, cases[i].with_off ? off : "", cases[i].with_z3 ? z3 : "", zero);
+        g_plan_now = hand_now();
+        g_plan_misuse = 0;
+        int n = memory_suggestions(24 * GIB, hand_now(), &p, msg, sizeof msg);
+        CHECK(n == 7 + cases[i].with_off + cases[i].with_z3 && strcmp(msg, want) == 0,
+              "host limit %zu GiB: %d lines\n%s\n    expected\n%s", cases[i].limit / GIB, n, msg, want);
+        CHECK(!g_plan_misuse, "host limit %zu GiB: the plan was asked about a setting outside the search",
+              cases[i].limit / GIB);
+    }
+}
+
 static void test_hand_no_zero3(void) {
     MemorySetting now = hand_now();
     now.no_zero3 = 1;
@@ -701,10 +750,10 @@ static void test_hand_no_zero3(void) {
     g_plan_now = now;
     g_plan_misuse = 0;
     for (size_t budget = 4 * GIB; budget <= 40 * GIB; budget += GIB / 4) {
-        memory_suggestions(budget, now, fake_plan, &hand_plan, msg, sizeof msg);
+        memory_suggestions(budget, now, &FAKE_PLANNER(&hand_plan), msg, sizeof msg);
         CHECK(!strstr(msg, "-z 3"), "budget %zu: a -z 3 line for a run that refuses it:%s", budget, msg);
     }
-    memory_suggestions(5 * GIB + GIB / 2, now, fake_plan, &hand_plan, msg, sizeof msg);
+    memory_suggestions(5 * GIB + GIB / 2, now, &FAKE_PLANNER(&hand_plan), msg, sizeof msg);
     CHECK(strstr(msg, "-z 2 over 8 ranks") != NULL, "5.5 GiB: no ZeRO-2 line:%s", msg);
 }
 
@@ -719,7 +768,7 @@ static void test_hand_several_ranks(void) {
     g_plan_now = now;
     g_plan_misuse = 0;
     for (size_t budget = 8 * GIB; budget <= 20 * GIB; budget += GIB / 4) {
-        int n = memory_suggestions(budget, now, fake_plan, &hand_plan, msg, sizeof msg);
+        int n = memory_suggestions(budget, now, &FAKE_PLANNER(&hand_plan), msg, sizeof msg);
         int got = parse_msg(msg, now, &hand_plan, lines, err, sizeof err);
         CHECK(got == n, "budget %zu: %d lines parsed (%s), %d returned", budget, got, got < 0 ? err : "", n);
         for (int i = 0; i < got; i++) {
@@ -867,7 +916,7 @@ static void random_trial(int trial, int *checked) {
     MemorySetting want[MAX_LINES];
     int n_local, n_lean, n_off, n_host;
     g_plan_misuse = 0;
-    int n = memory_suggestions(budget, now, fake_plan, &p, msg, sizeof msg);
+    int n = memory_suggestions(budget, now, &FAKE_PLANNER(&p), msg, sizeof msg);
     int fake_misuse = g_plan_misuse;  // the brute force below asks about every setting
     int got = parse_msg(msg, now, &p, lines, err, sizeof err);
     int n_want = expected(&p, now, budget, want, &n_local, &n_lean, &n_off, &n_host);
@@ -980,6 +1029,7 @@ int main(int argc, char **argv) {
     run_case("suggestions: --optimizer-state bf16 (hand)", test_hand_optimizer_state);
     run_case("suggestions: -z 3 on one GPU and over ranks", test_hand_zero3);
     run_case("suggestions: no -z 3 where the run refuses it", test_hand_no_zero3);
+    run_case("suggestions: host memory and its limit", test_hand_host);
     run_case("budget check: fits, or fatal() with what fits", test_budget_check);
     run_case("device limits: free memory, budget > card", test_device_limits);
     run_case("suggestions vs brute force (random)", test_random);

@@ -125,9 +125,16 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "-z 3 --offload 2 plans the parameters' slots only" "parameters 0.32 GiB, gradients 2.90" \
         -e d48 -b 4 -t 1024 -d 524288 -r 3 -z 3 --offload 2 --max-device-memory 4G
     # ... and is suggested at its largest micro-batch (the copies per micro-step are the same at any B)
+    # (a line that puts memory on the host names how much: 17.41 GiB of state and 2.90 of parameters
+    # pinned, the fp32 model and its shard while the run starts, 1 GiB for the program)
     expect_error "GPT-2 1.5B in 8 GiB: one GPU with the parameters in host memory fits" \
-        "--offload 2 -z 3 -r 3 -b 8 (64 micro-steps per step): 6.25 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
-        --max-device-memory 8G
+        "--offload 2 -z 3 -r 3 -b 8 (64 micro-steps per step): 6.25 GiB, and 32.92 GiB of host memory" -e d48 -b 16 \
+        -t 1024 -d 524288 -r 0 --max-device-memory 8G --max-host-memory 256G
+    # ... and only where the host holds it
+    expect_error "GPT-2 1.5B in 8 GiB: not on a host with 24 GiB" "-z 3 over 4 ranks" -e d48 -b 16 -t 1024 \
+        -d 524288 -r 0 --max-device-memory 8G --max-host-memory 24G
+    if grep -qF -- "--offload 2 -z 3" $W/err.txt; then bad "a line the host cannot hold: $(cat $W/err.txt)"
+    else ok "a line the host cannot hold is not named"; fi
     expect_error "unknown communication backend" "--comm" $SMALL --comm carrier-pigeon
     expect_error "deterministic flag out of range" "--deterministic" $SMALL --deterministic 2
     for v in 16X 1X 0 -1 0G; do
@@ -140,14 +147,30 @@ if [ -x ./train_gpt2cu ]; then
     expect_error "GPT-2 1.5B in 16 GiB: ZeRO-1 over 2 ranks with -r 3 fits" \
         "-z 1 over 2 ranks (mpirun -np 2) -r 3 -b 2" -e d48 -b 16 -t 1024 -d 524288 -r 0 --max-device-memory 16G
     expect_error "GPT-2 1.5B in 16 GiB: the optimizer state in host memory fits at B=2" \
-        "--offload 2 -b 2 (256 micro-steps per step): 11.13 GiB" -e d48 -b 16 -t 1024 -d 524288 -r 0 \
-        --max-device-memory 16G
+        "--offload 2 -b 2 (256 micro-steps per step): 11.13 GiB, and 24.21 GiB of host memory" -e d48 -b 16 \
+        -t 1024 -d 524288 -r 0 --max-device-memory 16G --max-host-memory 256G
     # a switch is listed where it fits a larger micro-batch than the lines above at the same or
     # less recomputation: GPT-2 350M in 8 GiB gets --offload 2 -b 8 at its own -r 1 (the fastest
     # run measured in that budget), not only -r 3 -b 8
     expect_error "GPT-2 350M in 8 GiB: --offload 2 -b 8 at the run's -r 1" \
-        "--offload 2 -b 8 (64 micro-steps per step): 7.22 GiB" \
-        -e d24 -b 32 -t 1024 -d 524288 --max-device-memory 8G
+        "--offload 2 -b 8 (64 micro-steps per step): 7.22 GiB, and 6.29 GiB of host memory" \
+        -e d24 -b 32 -t 1024 -d 524288 --max-device-memory 8G --max-host-memory 256G
+    # the host memory, before any GPU work: --offload pins the optimizer state, a checkpoint holds
+    # the fp32 model and its moments; a run over --max-host-memory (or what the host has) stops
+    # naming what needs less
+    expect_error "a run over --max-host-memory names what needs less" \
+        "--max-host-memory 6.00 GiB: this run needs 6.29 GiB of host memory (optimizer state 3.97 GiB pinned" \
+        -e d24 -b 8 -t 1024 --offload 2 --max-host-memory 6G
+    grep -qF -- "--offload 0 (the state on the device" $W/err.txt && ok "... --offload 0 among them" \
+        || bad "--offload 0 not named: $(cat $W/err.txt)"
+    expect_error "a run with --offload prints its host memory plan, then stops at the data" "no_shards" \
+        -e d12 -b 8 -t 1024 --offload 2 --max-host-memory 64G -i "no_shards/x_*.bin"
+    grep -qF "host memory plan: 2.85 GiB of --max-host-memory 64.00 GiB (optimizer state 1.39 GiB pinned" \
+        $W/out.txt && ok "... the plan: $(head -1 $W/out.txt)" || bad "no host memory plan: $(cat $W/out.txt)"
+    expect_error "--max-host-memory without a unit" "--max-host-memory 30: give a unit" $SMALL --max-host-memory 30
+    for v in 16X 0 -1; do
+        expect_error "--max-host-memory $v" "'$v' is not a size" $SMALL --max-host-memory $v
+    done
     expect_error "--offload out of range" "--offload must be 0, 1 or 2" $SMALL --offload 3
     # staged offload plans its two staging buffers: 2 x 4M x 12 bytes over --offload 1's 13.72 GiB
     expect_error "--offload 2 counts its staging buffers" "this run needs 13.82 GiB" -e d48 -b 4 -r 1 -t 1024 \
@@ -180,7 +203,12 @@ if [ -x ./train_gpt2cu ]; then
     export WORLD_SIZE=2 RANK=0
     expect_error "environment launch without an NCCL id file" "GPT2_NCCL_ID_FILE" $SMALL -d 64
     expect_error "MPI backend without mpirun" "--comm mpi" $SMALL -d 64 --comm mpi
+    # ranks on one host share its memory
+    LOCAL_WORLD_SIZE=3 expect_error "LOCAL_WORLD_SIZE above WORLD_SIZE" "LOCAL_WORLD_SIZE=3 must be from 1 to" $SMALL
     export GPT2_NCCL_ID_FILE=$W/nccl_id
+    LOCAL_WORLD_SIZE=2 expect_error "two ranks on one host: half the host memory each" \
+        "--max-host-memory 4.00 GiB: this run needs 2.85 GiB of host memory per rank (2 ranks on this host)" \
+        -e d12 -b 8 -t 1024 -d 16384 --offload 2 --max-host-memory 4G
     expect_error "total batch not a multiple of B*T*ranks" "B*T*ranks" $SMALL -d 32
     expect_error "--cuda-graph with several ranks" "--cuda-graph 1 runs on one rank" $SMALL -d 64 --cuda-graph 1
     export WORLD_SIZE=3

@@ -5,7 +5,8 @@
 // with the same tokens per step, more recomputation, bf16 moments, the optimizer state in
 // host memory, ZeRO over more ranks, or on one GPU the parameters in host memory too (-z 3
 // --offload 2). Once the GPU is open, the same plan is held against its free memory, and a
-// budget against the card's size.
+// budget against the card's size. Where the search is given the host's plan too, a setting
+// fits only where the host holds it, and a line that puts memory on the host says how much.
 #ifndef COMMON_MEMORY_BUDGET_H
 #define COMMON_MEMORY_BUDGET_H
 #include "../../common/util.h"
@@ -39,6 +40,16 @@ static inline long memory_micro_steps(MemorySetting s) {
 // e.g. ZeRO over ranks that do not divide the model's slices).
 typedef size_t (*MemoryPlanFn)(const void *ctx, MemorySetting s);
 
+// What a search asks of a setting: its device plan, and where host is given the host memory
+// it takes (the memory --offload pins, and the buffers a checkpoint holds), held against
+// host_limit: a setting fits only where both do, and a line that puts memory on the host
+// names how much. host NULL or host_limit 0: the device alone.
+typedef struct {
+    MemoryPlanFn device, host;
+    const void *ctx;
+    size_t host_limit;
+} MemoryPlanner;
+
 // "16G", "16GiB", "512M", "1.5G", "1T", "2K"; units are binary (G = 2^30) and required: a
 // bare "16" would be 16 bytes, which no budget of device memory means. Returns 0 for text
 // that is not a size.
@@ -68,9 +79,10 @@ static inline const char *gib_text(char *buf, size_t cap, size_t bytes) {
     return buf;
 }
 
-static inline int memory_fits(MemoryPlanFn plan, const void *ctx, MemorySetting s, size_t budget, size_t *need) {
-    *need = plan(ctx, s);
-    return *need != SIZE_MAX && *need <= budget;
+static inline int memory_fits(const MemoryPlanner *p, MemorySetting s, size_t budget, size_t *need) {
+    *need = p->device(p->ctx, s);
+    if (*need == SIZE_MAX || *need > budget) return 0;
+    return !p->host || !p->host_limit || p->host(p->ctx, s) <= p->host_limit;
 }
 
 // base with micro-batch b, recompute level r, and the parallel setting (ranks, ZeRO stage)
@@ -85,11 +97,11 @@ static inline MemorySetting memory_setting(MemorySetting base, int b, int r, int
 // The largest micro-batch b <= base.B that keeps the tokens per step (a whole number of
 // micro-steps) and fits with recompute level r and this parallel setting (base's moments);
 // 0: none.
-static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int ranks, int stage, MemoryPlanFn plan,
-                                   const void *ctx, size_t *need) {
+static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int ranks, int stage,
+                                   const MemoryPlanner *p, size_t *need) {
     for (int b = base.B; b >= 1; b--) {
         MemorySetting s = memory_setting(base, b, r, ranks, stage);
-        if (memory_micro_steps(s) && memory_fits(plan, ctx, s, budget, need)) return b;
+        if (memory_micro_steps(s) && memory_fits(p, s, budget, need)) return b;
     }
     return 0;
 }
@@ -97,8 +109,9 @@ static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int
 // Appends to msg the line for s: the change of flags from now, e.g. "-r 2 -b 16 (32
 // micro-steps per step)", and what s needs. A change of stage on one rank is "-z 3" alone:
 // there is no mpirun to start.
-static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, MemorySetting s, size_t need) {
-    char buf[200], g[32];
+static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, MemorySetting s, size_t need,
+                                  const MemoryPlanner *p) {
+    char buf[200], g[32], h[32], host[64] = "";
     size_t n = 0;
     buf[0] = 0;
     if (s.moments_bf16 != now.moments_bf16) n += snprintf(buf + n, sizeof buf - n, "--optimizer-state bf16 ");
@@ -116,8 +129,12 @@ static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, Memo
     if (s.B != now.B || s.ranks != now.ranks)
         snprintf(buf + n, sizeof buf - n, " (%ld micro-steps per step%s)", memory_micro_steps(s),
                  s.ranks > 1 ? " on each rank" : "");
+    if (p->host && s.offload)
+        snprintf(host, sizeof host, ", and %s of host memory%s", gib_text(h, sizeof h, p->host(p->ctx, s)),
+                 s.ranks > 1 ? " per rank" : "");
     size_t len = strlen(msg);
-    snprintf(msg + len, cap - len, "\n  %s: %s%s", buf, gib_text(g, sizeof g, need), s.ranks > 1 ? " per GPU" : "");
+    snprintf(msg + len, cap - len, "\n  %s: %s%s%s", buf, gib_text(g, sizeof g, need), s.ranks > 1 ? " per GPU" : "",
+             host);
 }
 
 // The lines listed so far at the run's ranks and stage, as (micro-batch, recompute level):
@@ -146,13 +163,13 @@ static inline void memory_lines_add(MemoryLines *l, int b, int r) {
 // rank with -z 3 --offload 2; alt's ranks and stage are kept): appends alt's line at the
 // lowest recompute level where it fits a larger micro-batch than the lines before cover
 // there; returns 1 if it did.
-static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, MemoryPlanFn plan,
-                                        const void *ctx, char *msg, size_t cap, MemoryLines *seen) {
+static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, const MemoryPlanner *p,
+                                        char *msg, size_t cap, MemoryLines *seen) {
     size_t need;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, plan, ctx, &need);
+        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, p, &need);
         if (b <= memory_lines_cover(seen, r)) continue;
-        memory_suggest(msg, cap, now, memory_setting(alt, b, r, alt.ranks, alt.zero_stage), need);
+        memory_suggest(msg, cap, now, memory_setting(alt, b, r, alt.ranks, alt.zero_stage), need, p);
         memory_lines_add(seen, b, r);
         return 1;
     }
@@ -165,16 +182,16 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 // twice whatever its size, so the micro-batch, not the recomputation, decides the speed (GPT-2
 // 1.5B in 8 GiB: -r 3 -b 8 39,212 tokens/s, -r 1 -b 2 18,408; docs/memory.md). Returns 1 if it
 // appended a line.
-static inline int memory_suggest_largest(size_t budget, MemorySetting now, MemorySetting alt, MemoryPlanFn plan,
-                                         const void *ctx, char *msg, size_t cap, MemoryLines *seen) {
+static inline int memory_suggest_largest(size_t budget, MemorySetting now, MemorySetting alt, const MemoryPlanner *p,
+                                         char *msg, size_t cap, MemoryLines *seen) {
     size_t need, best_need = 0;
     int best_b = 0, best_r = 0;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, plan, ctx, &need);
+        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, p, &need);
         if (b > best_b) { best_b = b; best_r = r; best_need = need; }
     }
     if (!best_b || best_b <= memory_lines_cover(seen, best_r)) return 0;
-    memory_suggest(msg, cap, now, memory_setting(alt, best_b, best_r, alt.ranks, alt.zero_stage), best_need);
+    memory_suggest(msg, cap, now, memory_setting(alt, best_b, best_r, alt.ranks, alt.zero_stage), best_need, p);
     memory_lines_add(seen, best_b, best_r);
     return 1;
 }
@@ -197,16 +214,16 @@ static inline int memory_suggest_largest(size_t budget, MemorySetting now, Memor
 // every model size measured (docs/memory.md); the plan counts its two staging buffers.
 #define MEMORY_OFFLOAD_SUGGESTED 2
 
-static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx, char *msg,
+static inline int memory_suggestions(size_t budget, MemorySetting now, const MemoryPlanner *p, char *msg,
                                      size_t cap) {
     size_t need;
     int found = 0;
     MemoryLines seen = {0};
     msg[0] = 0;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-        int b = memory_largest_B(budget, now, r, now.ranks, now.zero_stage, plan, ctx, &need);
+        int b = memory_largest_B(budget, now, r, now.ranks, now.zero_stage, p, &need);
         if (b <= memory_lines_cover(&seen, r)) continue;
-        memory_suggest(msg, cap, now, memory_setting(now, b, r, now.ranks, now.zero_stage), need);
+        memory_suggest(msg, cap, now, memory_setting(now, b, r, now.ranks, now.zero_stage), need, p);
         found++;
         memory_lines_add(&seen, b, r);
         if (b == now.B) break;
@@ -214,18 +231,18 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
     if (!now.moments_bf16) {
         MemorySetting lean = now;
         lean.moments_bf16 = 1;
-        found += memory_suggest_switch(budget, now, lean, plan, ctx, msg, cap, &seen);
+        found += memory_suggest_switch(budget, now, lean, p, msg, cap, &seen);
     }
     if (!now.offload) {
         MemorySetting off = now;
         off.offload = MEMORY_OFFLOAD_SUGGESTED;
-        found += memory_suggest_switch(budget, now, off, plan, ctx, msg, cap, &seen);
+        found += memory_suggest_switch(budget, now, off, p, msg, cap, &seen);
     }
     if (now.ranks == 1 && now.zero_stage < 3 && !now.no_zero3) {
         MemorySetting host = now;
         host.zero_stage = 3;
         host.offload = MEMORY_OFFLOAD_SUGGESTED;
-        found += memory_suggest_largest(budget, now, host, plan, ctx, msg, cap, &seen);
+        found += memory_suggest_largest(budget, now, host, p, msg, cap, &seen);
     }
     // (on one rank a stage of 1 or 2 shards nothing: gpu/settings.cuh makes it 0)
     int first = now.zero_stage > 1 && (now.ranks > 1 || now.zero_stage == 3) ? now.zero_stage : 1;
@@ -234,9 +251,9 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
         for (int ranks = now.ranks > 1 ? now.ranks : 2; ranks <= 8 && !done; ranks *= 2) {
             if (ranks == now.ranks && stage <= now.zero_stage) continue;  // the run as it is: above
             for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !done; r++) {
-                int b = memory_largest_B(budget, now, r, ranks, stage, plan, ctx, &need);
+                int b = memory_largest_B(budget, now, r, ranks, stage, p, &need);
                 if (!b) continue;
-                memory_suggest(msg, cap, now, memory_setting(now, b, r, ranks, stage), need);
+                memory_suggest(msg, cap, now, memory_setting(now, b, r, ranks, stage), need, p);
                 found++;
                 done = 1;
             }
@@ -248,16 +265,16 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, MemoryPla
 // Stops the run when the plan for `now` is over `limit`, naming what would fit; `what` names
 // the limit at the start of the message ("--max-device-memory 16.00 GiB", or the GPU's free
 // memory). Otherwise prints the plan beside the limit (verbose).
-static inline void memory_limit_check(const char *what, size_t limit, MemorySetting now, MemoryPlanFn plan,
-                                      const void *ctx, const char *breakdown, int verbose) {
-    size_t need = plan(ctx, now);
+static inline void memory_limit_check(const char *what, size_t limit, MemorySetting now, const MemoryPlanner *p,
+                                      const char *breakdown, int verbose) {
+    size_t need = p->device(p->ctx, now);
     char a[32];
     if (need != SIZE_MAX && need <= limit) {
         if (verbose) printf("memory plan: %s of %s (%s)\n", gib_text(a, sizeof a, need), what, breakdown);
         return;
     }
     char msg[2048];
-    int n = memory_suggestions(limit, now, plan, ctx, msg, sizeof msg);
+    int n = memory_suggestions(limit, now, p, msg, sizeof msg);
     fatal("%s: this run needs %s on the device (%s); %s%s", what, gib_text(a, sizeof a, need), breakdown,
           n ? "settings that fit:" : "nothing fits with a smaller -b, a higher -r, --optimizer-state bf16, "
                                      "--offload 2 or ZeRO over up to 8 ranks on its own: combine them, or use a "
@@ -266,11 +283,11 @@ static inline void memory_limit_check(const char *what, size_t limit, MemorySett
 }
 
 // --max-device-memory, before the GPU is touched
-static inline void memory_budget_check(size_t budget, MemorySetting now, MemoryPlanFn plan, const void *ctx,
+static inline void memory_budget_check(size_t budget, MemorySetting now, const MemoryPlanner *p,
                                        const char *breakdown, int verbose) {
     char what[64], b[32];
     snprintf(what, sizeof what, "--max-device-memory %s", gib_text(b, sizeof b, budget));
-    memory_limit_check(what, budget, now, plan, ctx, breakdown, verbose);
+    memory_limit_check(what, budget, now, p, breakdown, verbose);
 }
 
 // Once the GPU is open: a budget above the card's size cannot be the size of the card the run
