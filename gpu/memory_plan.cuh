@@ -83,8 +83,11 @@ static size_t device_plan_bytes(const void *ctx, MemorySetting m) {
 // model in fp32 while it is built or a checkpoint read, this rank's shard of it, and a
 // checkpoint's two moments where they are not written in place) and the program's own.
 // Beyond its buffers a process holds its code, the CUDA runtime's host memory and the data
-// loader's: HOST_RESERVE_BYTES, an estimate (the end of a run prints its host memory at peak).
-#define HOST_RESERVE_BYTES ((size_t)1 << 30)
+// loader's: HOST_RESERVE_BYTES. The memory study's runs (docs/memory.md: no checkpoint
+// written, so the model in fp32 and the pinned state were their largest buffers) peaked about
+// 270 MiB above those at 124M and 1.5B on one H100's host; the end of a run prints its peak
+// beside the plan.
+#define HOST_RESERVE_BYTES ((size_t)512 << 20)
 
 typedef struct {
     size_t pinned_state, pinned_params, buffers, reserve;
@@ -124,6 +127,44 @@ static const char *host_plan_text(char *buf, size_t cap, const HostPlan *h) {
     return buf;
 }
 
+// A model of a setting's speed, tokens per second on one H100, by which --max-device-memory
+// lists the settings that fit fastest first. Calibrated on docs/memory.md's measurements
+// (GPT-2 1.5B, 350M and 124M at T=1024 on one H100, 2026-12-05 to 07): the model's FLOPs (6 a
+// parameter and 6 L T C of attention a token) at SPEED_FLOPS, slower by SPEED_TOKENS / (B T)
+// at small micro-batches (-b 16 to -b 4 cost 1.5B 10%) and by each recompute level's factor
+// (-r 3: 21%); --offload's state crossing the bus once each way after the backward (0.44 s a
+// step at 1.5B with --offload 2, three times that with 1); one rank's -z 3 --offload 2 copying
+// the bf16 model in twice a micro-step, overlapped with the micro-step's compute (1.5B: -r 3
+// -b 8 predicted 41,400 tokens/s, measured 40,143; -r 1 -b 2 17,800 and 18,408). It knows
+// nothing of communication between GPUs: the suggestions order only the lines on the run's
+// own GPUs by it. (Its absolute figures are an H100's; the order is what it is for.)
+#define SPEED_FLOPS 5.5e14
+#define SPEED_TOKENS 645.0
+#define SPEED_OFFLOAD_BPS 42e9
+#define SPEED_MAPPED_BPS 14e9
+#define SPEED_H2D_BPS 55e9
+static const double SPEED_RECOMPUTE[MEMORY_MAX_RECOMPUTE + 1] = {1.0, 1.02, 1.035, 1.21};
+
+static double gpt2_speed(const void *ctx, MemorySetting m) {
+    const PlanInput *in = (const PlanInput *)ctx;
+    const GPT2Config *c = in->cfg;
+    const int sharded = m.ranks > 1 && m.zero_stage > 0;
+    ZeroLayout zl;
+    const long micro_steps = memory_micro_steps(m);
+    if (optimizer_layout(&zl, c, sharded ? m.ranks : 1) || !micro_steps || m.recompute < 0 ||
+        m.recompute > MEMORY_MAX_RECOMPUTE)
+        return 0.0;
+    const double n = (double)zl.n, tokens = (double)m.B * m.T;
+    const double flops = 6.0 * n + 6.0 * c->num_layers * (double)m.T * c->channels;
+    double micro = tokens * flops / SPEED_FLOPS * (1.0 + SPEED_TOKENS / tokens) * SPEED_RECOMPUTE[m.recompute];
+    if (params_on_host(m.zero_stage, m.ranks, m.offload)) micro = fmax(micro, 2.0 * n * sizeof(floatX) / SPEED_H2D_BPS);
+    double step = micro * micro_steps;
+    if (m.offload)
+        step += optimizer_state_bytes(zl.shard_elems, optimizer_has_master(in->s), m.moments_bf16) /
+                (m.offload == OFFLOAD_MAPPED ? SPEED_MAPPED_BPS : SPEED_OFFLOAD_BPS);
+    return (double)m.total_batch / step;
+}
+
 // The host memory one process may plan for: --max-host-memory, or what the host has available,
 // shared among the ranks on it (0: unknown)
 static size_t host_limit_per_rank(const GpuSettings *s, int local_ranks) {
@@ -131,9 +172,9 @@ static size_t host_limit_per_rank(const GpuSettings *s, int local_ranks) {
     return total / (local_ranks > 1 ? local_ranks : 1);
 }
 
-// What the budget's search asks: the device plan and, with its limit, the host's
+// What the budget's search asks: the device plan, the host's with its limit, and the speed model
 static MemoryPlanner gpt2_planner(const PlanInput *in, int local_ranks) {
-    MemoryPlanner p = {device_plan_bytes, host_plan_bytes, in, host_limit_per_rank(in->s, local_ranks)};
+    MemoryPlanner p = {device_plan_bytes, host_plan_bytes, in, host_limit_per_rank(in->s, local_ranks), gpt2_speed};
     return p;
 }
 

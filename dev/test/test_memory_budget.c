@@ -11,7 +11,8 @@
 // the breakdown and what fits; memory_limit_check does the same under the name of another
 // limit (a GPU's free memory); memory_budget_vs_card refuses a budget above the card's size;
 // with a host plan the lines that put memory on the host name how much, and a setting whose
-// host memory is over the host's limit is not named.
+// host memory is over the host's limit is not named; with a speed model the lines on the
+// run's own GPUs come fastest first, the same lines as without it.
 // Random trials use a fresh seed, printed; `test_memory_budget SEED` repeats a run.
 #include "testutil.h"
 #include "../../gpu/host/memory_budget.h"
@@ -156,7 +157,7 @@ static size_t fake_plan(const void *ctx, MemorySetting s) {
 }
 
 // the fake plan p as a search's planner: the device alone
-#define FAKE_PLANNER(p) ((MemoryPlanner){fake_plan, NULL, (p), 0})
+#define FAKE_PLANNER(p) ((MemoryPlanner){fake_plan, NULL, (p), 0, NULL})
 
 // whether s fits, computed here without the header: a plan within the budget and a whole
 // number of micro-steps
@@ -730,7 +731,7 @@ static void test_hand_host(void) {
         int with_off, with_z3;
     } cases[] = {{0, 1, 1}, {64 * GIB, 1, 1}, {15 * GIB, 1, 1}, {14 * GIB, 1, 0}, {12 * GIB, 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        MemoryPlanner p = {fake_plan, fake_host, &hand_plan, cases[i].limit};
+        MemoryPlanner p = {fake_plan, fake_host, &hand_plan, cases[i].limit, NULL};
         char msg[2048], want[2048];
         snprintf(want, sizeof want, "%s%s%s%s", head, cases[i].with_off ? off : "", cases[i].with_z3 ? z3 : "", zero);
         g_plan_now = hand_now();
@@ -740,6 +741,67 @@ static void test_hand_host(void) {
               "host limit %zu GiB: %d lines\n%s\n    expected\n%s", cases[i].limit / GIB, n, msg, want);
         CHECK(!g_plan_misuse, "host limit %zu GiB: the plan was asked about a setting outside the search",
               cases[i].limit / GIB);
+    }
+}
+
+// A speed model for the order: larger micro-batches faster, each recompute level 10% slower,
+// offload 5 tokens/s slower (made up: the order is what is checked)
+static double fake_speed(const void *ctx, MemorySetting s) {
+    (void)ctx;
+    return s.B * (1.0 - 0.1 * s.recompute) - (s.offload ? 5.0 : 0.0);
+}
+
+static void test_hand_speed_order(void) {
+    // 24 GiB as in test_hand_local_and_zero, but each switch at its fastest level by
+    // fake_speed: bf16 moments at -r 2 B 64 (51.2; -r 0 B 16 would be 16), --offload 2 at -r 1
+    // B 64 (52.6), then -z 3 --offload 2 where nothing covers it, B 32 at -r 0 (27); then the
+    // lines on one GPU fastest first, those over more ranks after them in the search's order
+    MemoryPlanner p = {fake_plan, NULL, &hand_plan, 0, fake_speed};
+    char msg[2048];
+    g_plan_now = hand_now();
+    int n = memory_suggestions(24 * GIB, hand_now(), &p, msg, sizeof msg);
+    const char *want = "\n  --offload 2 -r 1: 22.00 GiB"
+                       "\n  --optimizer-state bf16 -r 2: 22.00 GiB"
+                       "\n  --offload 2 -z 3 -b 32 (16 micro-steps per step): 20.25 GiB"
+                       "\n  -r 2 -b 32 (16 micro-steps per step): 22.00 GiB"
+                       "\n  -r 1 -b 16 (32 micro-steps per step): 22.00 GiB"
+                       "\n  -b 8 (64 micro-steps per step): 22.00 GiB"
+                       "\n  -z 1 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 20.00 GiB "
+                       "per GPU"
+                       "\n  -z 2 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 18.00 GiB "
+                       "per GPU"
+                       "\n  -z 3 over 2 ranks (mpirun -np 2) -b 16 (16 micro-steps per step on each rank): 17.00 GiB "
+                       "per GPU";
+    CHECK(n == 9 && strcmp(msg, want) == 0, "24 GiB fastest first: %d lines\n%s\n    expected\n%s", n, msg, want);
+    // every budget: each line fits; the lines on one GPU come first, in order of speed, and the
+    // first is at least as fast as any line on one GPU that the search names without the model
+    for (size_t budget = 4 * GIB; budget <= 40 * GIB; budget += GIB / 4) {
+        char plain[2048], err[256];
+        Line a[MAX_LINES], b[MAX_LINES];
+        g_plan_now = hand_now();
+        g_plan_misuse = 0;
+        int na = memory_suggestions(budget, hand_now(), &FAKE_PLANNER(&hand_plan), plain, sizeof plain);
+        int nb = memory_suggestions(budget, hand_now(), &p, msg, sizeof msg);
+        CHECK(!g_plan_misuse, "budget %zu: the plan was asked about a setting outside the search", budget);
+        int ka = parse_msg(plain, hand_now(), &hand_plan, a, err, sizeof err);
+        int kb = parse_msg(msg, hand_now(), &hand_plan, b, err, sizeof err);
+        CHECK(ka == na && kb == nb, "budget %zu: %d/%d and %d/%d lines parsed (%s)", budget, ka, na, kb, nb, err);
+        double best_plain = 0.0, last = 1e300;
+        int others = 0;
+        for (int i = 0; i < ka; i++)
+            if (a[i].s.ranks == 1) best_plain = fmax(best_plain, fake_speed(NULL, a[i].s));
+        for (int i = 0; i < kb; i++) {
+            CHECK(fits(&hand_plan, b[i].s, budget), "budget %zu: '%s' does not fit", budget, b[i].text);
+            if (b[i].s.ranks > 1) {
+                others = 1;
+                continue;
+            }
+            const double v = fake_speed(NULL, b[i].s);
+            CHECK(!others && v <= last, "budget %zu: '%s' out of order", budget, b[i].text);
+            CHECK(i > 0 || v >= best_plain, "budget %zu: the first line '%s' (%.1f) is slower than %.1f", budget,
+                  b[i].text, v, best_plain);
+            last = v;
+        }
     }
 }
 
@@ -1030,6 +1092,7 @@ int main(int argc, char **argv) {
     run_case("suggestions: -z 3 on one GPU and over ranks", test_hand_zero3);
     run_case("suggestions: no -z 3 where the run refuses it", test_hand_no_zero3);
     run_case("suggestions: host memory and its limit", test_hand_host);
+    run_case("suggestions: fastest first by a speed model", test_hand_speed_order);
     run_case("budget check: fits, or fatal() with what fits", test_budget_check);
     run_case("device limits: free memory, budget > card", test_device_limits);
     run_case("suggestions vs brute force (random)", test_random);

@@ -40,14 +40,19 @@ static inline long memory_micro_steps(MemorySetting s) {
 // e.g. ZeRO over ranks that do not divide the model's slices).
 typedef size_t (*MemoryPlanFn)(const void *ctx, MemorySetting s);
 
+// A model of a setting's speed, tokens per second (only its order among settings matters)
+typedef double (*MemorySpeedFn)(const void *ctx, MemorySetting s);
+
 // What a search asks of a setting: its device plan, and where host is given the host memory
 // it takes (the memory --offload pins, and the buffers a checkpoint holds), held against
 // host_limit: a setting fits only where both do, and a line that puts memory on the host
-// names how much. host NULL or host_limit 0: the device alone.
+// names how much. host NULL or host_limit 0: the device alone. speed: where given, the lines
+// on the run's own GPUs are listed fastest first (else in the search's order).
 typedef struct {
     MemoryPlanFn device, host;
     const void *ctx;
     size_t host_limit;
+    MemorySpeedFn speed;
 } MemoryPlanner;
 
 // "16G", "16GiB", "512M", "1.5G", "1T", "2K"; units are binary (G = 2^30) and required: a
@@ -106,11 +111,25 @@ static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int
     return 0;
 }
 
+// The settings a search found, in its order, with what each needs on the device
+#define MEMORY_MAX_FOUND 16
+typedef struct {
+    int n;
+    MemorySetting s[MEMORY_MAX_FOUND];
+    size_t need[MEMORY_MAX_FOUND];
+} MemoryFound;
+
+static inline void memory_suggest(MemoryFound *f, MemorySetting s, size_t need) {
+    if (f->n == MEMORY_MAX_FOUND) return;
+    f->s[f->n] = s;
+    f->need[f->n++] = need;
+}
+
 // Appends to msg the line for s: the change of flags from now, e.g. "-r 2 -b 16 (32
 // micro-steps per step)", and what s needs. A change of stage on one rank is "-z 3" alone:
 // there is no mpirun to start.
-static inline void memory_suggest(char *msg, size_t cap, MemorySetting now, MemorySetting s, size_t need,
-                                  const MemoryPlanner *p) {
+static inline void memory_suggest_line(char *msg, size_t cap, MemorySetting now, MemorySetting s, size_t need,
+                                       const MemoryPlanner *p) {
     char buf[200], g[32], h[32], host[64] = "";
     size_t n = 0;
     buf[0] = 0;
@@ -160,56 +179,74 @@ static inline void memory_lines_add(MemoryLines *l, int b, int r) {
 }
 
 // One switch from the run's own setting (alt: now with bf16 moments, with offload, or on one
-// rank with -z 3 --offload 2; alt's ranks and stage are kept): appends alt's line at the
-// lowest recompute level where it fits a larger micro-batch than the lines before cover
-// there; returns 1 if it did.
-static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, const MemoryPlanner *p,
-                                        char *msg, size_t cap, MemoryLines *seen) {
-    size_t need;
-    for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
-        int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, p, &need);
-        if (b <= memory_lines_cover(seen, r)) continue;
-        memory_suggest(msg, cap, now, memory_setting(alt, b, r, alt.ranks, alt.zero_stage), need, p);
-        memory_lines_add(seen, b, r);
-        return 1;
-    }
-    return 0;
-}
-
-// The switch to alt (on one rank, -z 3 --offload 2) at the largest micro-batch that fits at any
-// recompute level from now's up (the lowest level that gives it), where the lines before do
-// not cover it: with the parameters in host memory every micro-step copies the whole model in
-// twice whatever its size, so the micro-batch, not the recomputation, decides the speed (GPT-2
-// 1.5B in 8 GiB: -r 3 -b 8 39,212 tokens/s, -r 1 -b 2 18,408; docs/memory.md). Returns 1 if it
-// appended a line.
-static inline int memory_suggest_largest(size_t budget, MemorySetting now, MemorySetting alt, const MemoryPlanner *p,
-                                         char *msg, size_t cap, MemoryLines *seen) {
+// rank with -z 3 --offload 2; alt's ranks and stage are kept): appends alt's line at a
+// recompute level where it fits a larger micro-batch than the lines before cover there. Which
+// level: with a speed model the fastest of them; without, the lowest, or for `largest` (on one
+// rank, -z 3 --offload 2) the one with the largest micro-batch: with the parameters in host
+// memory every micro-step copies the whole model in twice whatever its size, so the
+// micro-batch, not the recomputation, decides the speed (GPT-2 1.5B in 8 GiB: -r 3 -b 8 39,212
+// tokens/s, -r 1 -b 2 18,408; docs/memory.md). Returns 1 if it appended a line.
+static inline int memory_suggest_switch(size_t budget, MemorySetting now, MemorySetting alt, int largest,
+                                        const MemoryPlanner *p, MemoryFound *found, MemoryLines *seen) {
     size_t need, best_need = 0;
-    int best_b = 0, best_r = 0;
+    int best_b = 0, best_r = 0, best_covered = 0;
+    double best_v = -1.0;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = memory_largest_B(budget, alt, r, alt.ranks, alt.zero_stage, p, &need);
-        if (b > best_b) { best_b = b; best_r = r; best_need = need; }
+        const int covered = b <= memory_lines_cover(seen, r);
+        if (p->speed) {
+            const double v = covered ? 0.0 : p->speed(p->ctx, memory_setting(alt, b, r, alt.ranks, alt.zero_stage));
+            if (!covered && v > best_v) best_b = b, best_r = r, best_need = need, best_v = v;
+        } else if (largest) {  // (the largest micro-batch anywhere, listed only where not covered)
+            if (b > best_b) best_b = b, best_r = r, best_need = need, best_covered = covered;
+        } else if (!covered) {
+            best_b = b, best_r = r, best_need = need;
+            break;
+        }
     }
-    if (!best_b || best_b <= memory_lines_cover(seen, best_r)) return 0;
-    memory_suggest(msg, cap, now, memory_setting(alt, best_b, best_r, alt.ranks, alt.zero_stage), best_need, p);
+    if (!best_b || best_covered) return 0;
+    memory_suggest(found, memory_setting(alt, best_b, best_r, alt.ranks, alt.zero_stage), best_need);
     memory_lines_add(seen, best_b, best_r);
     return 1;
+}
+
+// With a speed model: the lines on the run's own GPUs (its ranks; on one, -z 3 --offload 2
+// too) fastest first, the lines that take more GPUs after them in the search's order (the
+// model knows no communication between GPUs). A stable sort: equal speeds keep their order.
+static inline void memory_order_by_speed(MemoryFound *f, MemorySetting now, const MemoryPlanner *p) {
+    if (!p->speed) return;
+    double v[MEMORY_MAX_FOUND];
+    int own[MEMORY_MAX_FOUND];
+    for (int i = 0; i < f->n; i++) {
+        own[i] = f->s[i].ranks == now.ranks && (f->s[i].zero_stage == now.zero_stage || f->s[i].ranks == 1);
+        v[i] = own[i] ? p->speed(p->ctx, f->s[i]) : 0.0;
+    }
+    for (int i = 1; i < f->n; i++)
+        for (int j = i; j > 0 && own[j] && (!own[j - 1] || v[j] > v[j - 1]); j--) {
+            MemorySetting ts = f->s[j];
+            size_t tn = f->need[j];
+            double tv = v[j];
+            int to = own[j];
+            f->s[j] = f->s[j - 1], f->need[j] = f->need[j - 1], v[j] = v[j - 1], own[j] = own[j - 1];
+            f->s[j - 1] = ts, f->need[j - 1] = tn, v[j - 1] = tv, own[j - 1] = to;
+        }
 }
 
 // Writes into msg (cap bytes) the settings near `now` whose plan fits the budget, one a
 // line, and returns how many: at each recompute level from now's up, the largest
 // micro-batch that fits (the same tokens per step in more micro-steps), where it is larger
 // than at the levels below;
-// then, with fp32 moments, --optimizer-state bf16 at the lowest recompute level where it
-// fits a larger micro-batch than the lines above at that level or below (so the same
-// micro-batch with less recomputation is listed too: GPT-2 350M in 8G gets --offload 2 -b 8
-// at -r 1, the fastest run measured there, beside -r 3 -b 8); likewise --offload 2 (with the
-// run's moments); then, on one rank, -z 3 --offload 2: the parameters in host memory, each
-// layer copied in ahead of use, for a model whose weights and gradients alone leave too little
-// room on one GPU, with no second GPU needed, at its largest micro-batch (memory_suggest_largest);
+// then, with fp32 moments, --optimizer-state bf16 at a recompute level where it fits a larger
+// micro-batch than the lines above at that level or below (so the same micro-batch with less
+// recomputation is listed too: GPT-2 350M in 8G gets --offload 2 -b 8 at -r 1, the fastest
+// run measured there, beside -r 3 -b 8); likewise --offload 2 (with the run's moments); then,
+// on one rank, -z 3 --offload 2: the parameters in host memory, each layer copied in ahead of
+// use, for a model whose weights and gradients alone leave too little room on one GPU, with
+// no second GPU needed (memory_suggest_switch says at which level each switch is listed);
 // then for ZeRO-1, 2 and 3 (not below the run's stage: several ranks, or -z 3 on one) the
 // fewest ranks (the run's own, or doubling up to 8 GPUs with this budget each; the tokens
-// per step must be a multiple of B*T*ranks) at which some micro-batch fits.
+// per step must be a multiple of B*T*ranks) at which some micro-batch fits. With a speed
+// model the lines are then ordered by memory_order_by_speed.
 // The offload mode suggested: 2, staged through the copy engines, was the faster of the two at
 // every model size measured (docs/memory.md); the plan counts its two staging buffers.
 #define MEMORY_OFFLOAD_SUGGESTED 2
@@ -217,32 +254,31 @@ static inline int memory_suggest_largest(size_t budget, MemorySetting now, Memor
 static inline int memory_suggestions(size_t budget, MemorySetting now, const MemoryPlanner *p, char *msg,
                                      size_t cap) {
     size_t need;
-    int found = 0;
+    MemoryFound f = {0};
     MemoryLines seen = {0};
     msg[0] = 0;
     for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE; r++) {
         int b = memory_largest_B(budget, now, r, now.ranks, now.zero_stage, p, &need);
         if (b <= memory_lines_cover(&seen, r)) continue;
-        memory_suggest(msg, cap, now, memory_setting(now, b, r, now.ranks, now.zero_stage), need, p);
-        found++;
+        memory_suggest(&f, memory_setting(now, b, r, now.ranks, now.zero_stage), need);
         memory_lines_add(&seen, b, r);
         if (b == now.B) break;
     }
     if (!now.moments_bf16) {
         MemorySetting lean = now;
         lean.moments_bf16 = 1;
-        found += memory_suggest_switch(budget, now, lean, p, msg, cap, &seen);
+        memory_suggest_switch(budget, now, lean, 0, p, &f, &seen);
     }
     if (!now.offload) {
         MemorySetting off = now;
         off.offload = MEMORY_OFFLOAD_SUGGESTED;
-        found += memory_suggest_switch(budget, now, off, p, msg, cap, &seen);
+        memory_suggest_switch(budget, now, off, 0, p, &f, &seen);
     }
     if (now.ranks == 1 && now.zero_stage < 3 && !now.no_zero3) {
         MemorySetting host = now;
         host.zero_stage = 3;
         host.offload = MEMORY_OFFLOAD_SUGGESTED;
-        found += memory_suggest_largest(budget, now, host, p, msg, cap, &seen);
+        memory_suggest_switch(budget, now, host, 1, p, &f, &seen);
     }
     // (on one rank a stage of 1 or 2 shards nothing: gpu/settings.cuh makes it 0)
     int first = now.zero_stage > 1 && (now.ranks > 1 || now.zero_stage == 3) ? now.zero_stage : 1;
@@ -253,13 +289,14 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, const Mem
             for (int r = now.recompute; r <= MEMORY_MAX_RECOMPUTE && !done; r++) {
                 int b = memory_largest_B(budget, now, r, ranks, stage, p, &need);
                 if (!b) continue;
-                memory_suggest(msg, cap, now, memory_setting(now, b, r, ranks, stage), need, p);
-                found++;
+                memory_suggest(&f, memory_setting(now, b, r, ranks, stage), need);
                 done = 1;
             }
         }
     }
-    return found;
+    memory_order_by_speed(&f, now, p);
+    for (int i = 0; i < f.n; i++) memory_suggest_line(msg, cap, now, f.s[i], f.need[i], p);
+    return f.n;
 }
 
 // Stops the run when the plan for `now` is over `limit`, naming what would fit; `what` names
