@@ -8,8 +8,9 @@ and sums the kernels of one step (those after the first grad_norm_finish_kernel 
 including the second: the first step's AdamW, then the second step's forward, backward and
 norm) by kernel name: calls, ms, DRAM GB, TB/s, largest first. ncu serialises the kernels
 and runs each at the clock an idle GPU gives it, so the sum is below a timed step.
+--mark NAME: another kernel ends a step (decode_sample_kernel: a step of generation).
 
-usage: python3 dev/ncu_step.py ncu.csv [--step K]
+usage: python3 dev/ncu_step.py ncu.csv [--step K] [--mark NAME]
 """
 import argparse
 import csv
@@ -67,13 +68,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--step", type=int, default=2, help="which step to sum (>= 2; default 2)")
+    ap.add_argument("--mark", default="grad_norm_finish_kernel",
+                    help="the kernel that ends a step (default grad_norm_finish_kernel)")
     a = ap.parse_args()
     if a.step < 2:
-        sys.exit("error: --step must be 2 or more (a step is counted from the norm kernel of the one before)")
+        sys.exit("error: --step must be 2 or more (a step is counted from the mark kernel of the one before)")
     rows, units = read_rows(a.csv)
-    marks = [i for i, r in enumerate(rows) if "grad_norm_finish" in r.get("Kernel Name", "")]
+    marks = [i for i, r in enumerate(rows) if short_name(r.get("Kernel Name", "")) == a.mark]
     if len(marks) < a.step:
-        sys.exit(f"error: {a.csv}: {len(marks)} grad_norm_finish kernels, need {a.step} (run with -x {a.step} or more)")
+        sys.exit(f"error: {a.csv}: {len(marks)} {a.mark} kernels, need {a.step} (profile {a.step} steps or more)")
     lo, hi = marks[a.step - 2] + 1, marks[a.step - 1] + 1
     tot = defaultdict(lambda: [0, 0.0, 0.0])
     for r in rows[lo:hi]:
@@ -83,10 +86,10 @@ def main():
         t[2] += (num(r, units, "dram__bytes_read.sum") + num(r, units, "dram__bytes_write.sum")) * 1e-9
     print(f"| kernel | calls | ms | DRAM GB | TB/s |\n| --- | --- | --- | --- | --- |")
     for name, (n, ms, gb) in sorted(tot.items(), key=lambda kv: -kv[1][1]):
-        print(f"| {name} | {n} | {ms:.3f} | {gb:.2f} | {gb / ms if ms > 0 else 0:.2f} |")
+        print(f"| {name} | {n} | {ms:.4f} | {gb:.2f} | {gb / ms if ms > 0 else 0:.2f} |")
     s_ms = sum(v[1] for v in tot.values())
     s_gb = sum(v[2] for v in tot.values())
-    print(f"| sum | {sum(v[0] for v in tot.values())} | {s_ms:.2f} | {s_gb:.1f} | |")
+    print(f"| sum | {sum(v[0] for v in tot.values())} | {s_ms:.3f} | {s_gb:.1f} | |")
 
 
 if __name__ == "__main__":

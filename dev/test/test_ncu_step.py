@@ -69,7 +69,31 @@ check("the step before it left out", "adamw_kernel" not in t)
 check("largest first", out.splitlines()[2].startswith("| nvjet_sm90_tst_256x128_NNT |"))
 
 rc, out, err = run("\n".join(lines) + "\n", "--step", "3")
-check("--step 3 with two norm kernels: an error that says how many", rc != 0 and "2 grad_norm_finish kernels" in err)
+check("--step 3 with two norm kernels: an error that says how many",
+      rc != 0 and "2 grad_norm_finish_kernel kernels" in err)
+
+# generation: steps end at the draw (--mark); the prefix of a name does not count as the mark
+gen = [HEADER, '"","","","byte","byte","ns"',
+       row(0, "void decode_sample_kernel(DecodeRows, const __nv_bfloat16 *)", 0, 0, 3000),
+       row(1, "void decode_embed_kernel(__nv_bfloat16 *, DecodeRows)", 10, 0, 2000),
+       row(2, "void decode_linear_kernel<8>(DecodeLinearArgs)", 3000000, 0, 5000),
+       row(3, "void decode_linear_kernel<8>(DecodeLinearArgs)", 1000000, 0, 3000),
+       row(4, "void attention_decode_kernel(__nv_bfloat16 *)", 64000, 0, 9000),
+       row(5, "void decode_sample_kernel_variant(int)", 0, 0, 7000),
+       row(6, "void decode_sample_kernel(DecodeRows, const __nv_bfloat16 *)", 0, 0, 4000),
+       row(7, "void decode_embed_kernel(__nv_bfloat16 *, DecodeRows)", 10, 0, 99999)]
+rc, out, err = run("\n".join(gen) + "\n", "--mark", "decode_sample_kernel")
+t = table(out)
+print("one step of generation (--mark decode_sample_kernel):")
+check("exit status 0", rc == 0)
+check("the linear layers: 2 calls, 0.008 ms", t.get("decode_linear_kernel") == (2, 0.008, 0.0))
+check("a kernel whose name only starts with the mark's is not a mark",
+      t.get("decode_sample_kernel_variant") == (1, 0.007, 0.0))
+check("the draw that ends the step counted once, the one before left out",
+      t.get("decode_sample_kernel") == (1, 0.004, 0.0))
+check("the next step left out", t.get("decode_embed_kernel") == (1, 0.002, 0.0))
+rc, out, err = run("\n".join(gen) + "\n", "--mark", "no_such_kernel")
+check("a mark that never runs: an error naming it", rc != 0 and "0 no_such_kernel kernels" in err)
 
 rc, out, err = run("\n".join(lines) + "\n", "--step", "1")
 check("--step 1: an error", rc != 0 and "--step must be 2 or more" in err)
