@@ -34,17 +34,22 @@ typedef struct {
     const GpuSettings *s;
 } PlanInput;
 
-// The plan of one rank's device for setting m. SIZE_MAX in params: the setting is impossible
-// (ZeRO over ranks that do not divide a slice).
+// The optimizer's layout under setting m (sharded over its ranks with ZeRO); non-zero: m is
+// impossible (ZeRO over ranks that do not divide a slice)
+static int plan_layout(const GPT2Config *c, MemorySetting m, ZeroLayout *zl) {
+    return optimizer_layout(zl, c, m.ranks > 1 && m.zero_stage > 0 ? m.ranks : 1) != NULL;
+}
+
+// The plan of one rank's device for setting m. SIZE_MAX in params: the setting is impossible.
 static DevicePlan gpt2_device_plan(const PlanInput *in, MemorySetting m) {
     DevicePlan d;
     memset(&d, 0, sizeof d);
     const GPT2Config *c = in->cfg;
     const GpuSettings *s = in->s;
-    const int sharded = m.ranks > 1 && m.zero_stage > 0, zero2 = m.ranks > 1 && m.zero_stage >= 2;
+    const int zero2 = m.ranks > 1 && m.zero_stage >= 2;
     const int zero3 = m.zero_stage == 3, shard_on_host = params_on_host(m.zero_stage, m.ranks, m.offload);
     ZeroLayout zl;
-    if (optimizer_layout(&zl, c, sharded ? m.ranks : 1)) {
+    if (plan_layout(c, m, &zl)) {
         d.params = SIZE_MAX;
         return d;
     }
@@ -96,9 +101,8 @@ typedef struct {
 static HostPlan gpt2_host_plan(const PlanInput *in, MemorySetting m) {
     HostPlan h;
     memset(&h, 0, sizeof h);
-    const int sharded = m.ranks > 1 && m.zero_stage > 0;
     ZeroLayout zl;
-    if (optimizer_layout(&zl, in->cfg, sharded ? m.ranks : 1)) {
+    if (plan_layout(in->cfg, m, &zl)) {
         h.buffers = SIZE_MAX;
         return h;
     }
@@ -107,7 +111,7 @@ static HostPlan gpt2_host_plan(const PlanInput *in, MemorySetting m) {
     h.pinned_params = params_on_host(m.zero_stage, m.ranks, m.offload) ? ns * sizeof(floatX) : 0;
     const int moments_in_place = m.offload && !m.moments_bf16;  // (kernels/offload.cuh: offload_host_fp32)
     h.buffers = n * sizeof(float) + (moments_in_place ? 0 : 2 * ns * sizeof(float)) +
-                (sharded || m.zero_stage == 3 ? ns * sizeof(float) : 0);
+                ((m.ranks > 1 && m.zero_stage > 0) || m.zero_stage == 3 ? ns * sizeof(float) : 0);
     h.reserve = HOST_RESERVE_BYTES;
     return h;
 }
@@ -118,12 +122,17 @@ static size_t host_plan_bytes(const void *ctx, MemorySetting m) {
     return h.pinned_state + h.pinned_params + h.buffers + h.reserve;
 }
 
+// "optimizer state 17.41 GiB pinned, buffers 5.80 GiB, program 0.50 GiB" (the pinned parts where there are any)
 static const char *host_plan_text(char *buf, size_t cap, const HostPlan *h) {
-    char a[32], b[32], c[32], d[32];
-    snprintf(buf, cap, "%s%s%s%s%s%sbuffers %s, program %s", h->pinned_state ? "optimizer state " : "",
-             h->pinned_state ? gib_text(a, sizeof a, h->pinned_state) : "", h->pinned_state ? " pinned, " : "",
-             h->pinned_params ? "parameters " : "", h->pinned_params ? gib_text(b, sizeof b, h->pinned_params) : "",
-             h->pinned_params ? " pinned, " : "", gib_text(c, sizeof c, h->buffers), gib_text(d, sizeof d, h->reserve));
+    char a[32], b[32];
+    int k = 0;
+    buf[0] = 0;
+    if (h->pinned_state)
+        k += snprintf(buf + k, cap - k, "optimizer state %s pinned, ", gib_text(a, sizeof a, h->pinned_state));
+    if (h->pinned_params)
+        k += snprintf(buf + k, cap - k, "parameters %s pinned, ", gib_text(a, sizeof a, h->pinned_params));
+    snprintf(buf + k, cap - k, "buffers %s, program %s", gib_text(a, sizeof a, h->buffers),
+             gib_text(b, sizeof b, h->reserve));
     return buf;
 }
 
@@ -148,12 +157,9 @@ static const double SPEED_RECOMPUTE[MEMORY_MAX_RECOMPUTE + 1] = {1.0, 1.02, 1.03
 static double gpt2_speed(const void *ctx, MemorySetting m) {
     const PlanInput *in = (const PlanInput *)ctx;
     const GPT2Config *c = in->cfg;
-    const int sharded = m.ranks > 1 && m.zero_stage > 0;
     ZeroLayout zl;
     const long micro_steps = memory_micro_steps(m);
-    if (optimizer_layout(&zl, c, sharded ? m.ranks : 1) || !micro_steps || m.recompute < 0 ||
-        m.recompute > MEMORY_MAX_RECOMPUTE)
-        return 0.0;
+    if (plan_layout(c, m, &zl) || !micro_steps || m.recompute < 0 || m.recompute > MEMORY_MAX_RECOMPUTE) return 0.0;
     const double n = (double)zl.n, tokens = (double)m.B * m.T;
     const double flops = 6.0 * n + 6.0 * c->num_layers * (double)m.T * c->channels;
     double micro = tokens * flops / SPEED_FLOPS * (1.0 + SPEED_TOKENS / tokens) * SPEED_RECOMPUTE[m.recompute];
@@ -165,11 +171,13 @@ static double gpt2_speed(const void *ctx, MemorySetting m) {
     return (double)m.total_batch / step;
 }
 
-// The host memory one process may plan for: --max-host-memory, or what the host has available,
-// shared among the ranks on it (0: unknown)
+// The host memory the ranks on this host may plan for together: --max-host-memory, or what the
+// host has available (0: unknown); each rank's share
+static size_t host_limit_total(const GpuSettings *s) {
+    return s->max_host_bytes ? s->max_host_bytes : host_available_bytes();
+}
 static size_t host_limit_per_rank(const GpuSettings *s, int local_ranks) {
-    const size_t total = s->max_host_bytes ? s->max_host_bytes : host_available_bytes();
-    return total / (local_ranks > 1 ? local_ranks : 1);
+    return host_limit_total(s) / (local_ranks > 1 ? local_ranks : 1);
 }
 
 // What the budget's search asks: the device plan, the host's with its limit, and the speed model
@@ -228,7 +236,8 @@ static void memory_budget_gate(const PlanInput *in, MemorySetting m, int local_r
 // the plan (print) where the run pins memory or gave a limit.
 static void host_memory_gate(const PlanInput *in, MemorySetting m, int local_ranks, int print) {
     const GpuSettings *s = in->s;
-    const size_t limit = host_limit_per_rank(s, local_ranks), need = host_plan_bytes(in, m);
+    const size_t total = host_limit_total(s), limit = total / (local_ranks > 1 ? local_ranks : 1);
+    const size_t need = host_plan_bytes(in, m);
     const HostPlan h = gpt2_host_plan(in, m);
     char text[256], a[32], b[32], ranks[64] = "", what[128];
     host_plan_text(text, sizeof text, &h);
@@ -236,8 +245,7 @@ static void host_memory_gate(const PlanInput *in, MemorySetting m, int local_ran
     if (s->max_host_bytes)
         snprintf(what, sizeof what, "--max-host-memory %s", gib_text(b, sizeof b, s->max_host_bytes));
     else
-        snprintf(what, sizeof what, "this host's %s available",
-                 gib_text(b, sizeof b, limit * (local_ranks > 1 ? local_ranks : 1)));
+        snprintf(what, sizeof what, "this host's %s available", gib_text(b, sizeof b, total));
     if (!limit || need <= limit) {
         if (print && (m.offload || s->max_host_bytes))
             printf("host memory plan: %s%s of %s (%s)\n", gib_text(a, sizeof a, need), ranks,

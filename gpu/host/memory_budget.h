@@ -114,15 +114,18 @@ static inline int memory_largest_B(size_t budget, MemorySetting base, int r, int
 // The settings a search found, in its order, with what each needs on the device
 #define MEMORY_MAX_FOUND 16
 typedef struct {
+    MemorySetting s;
+    size_t need;
+} MemoryPick;
+typedef struct {
     int n;
-    MemorySetting s[MEMORY_MAX_FOUND];
-    size_t need[MEMORY_MAX_FOUND];
+    MemoryPick pick[MEMORY_MAX_FOUND];
 } MemoryFound;
 
 static inline void memory_suggest(MemoryFound *f, MemorySetting s, size_t need) {
     if (f->n == MEMORY_MAX_FOUND) return;
-    f->s[f->n] = s;
-    f->need[f->n++] = need;
+    f->pick[f->n].s = s;
+    f->pick[f->n++].need = need;
 }
 
 // Appends to msg the line for s: the change of flags from now, e.g. "-r 2 -b 16 (32
@@ -215,20 +218,17 @@ static inline int memory_suggest_switch(size_t budget, MemorySetting now, Memory
 // model knows no communication between GPUs). A stable sort: equal speeds keep their order.
 static inline void memory_order_by_speed(MemoryFound *f, MemorySetting now, const MemoryPlanner *p) {
     if (!p->speed) return;
-    double v[MEMORY_MAX_FOUND];
-    int own[MEMORY_MAX_FOUND];
+    double v[MEMORY_MAX_FOUND];  // the speed of a line on the run's own GPUs; -1: a line over more
     for (int i = 0; i < f->n; i++) {
-        own[i] = f->s[i].ranks == now.ranks && (f->s[i].zero_stage == now.zero_stage || f->s[i].ranks == 1);
-        v[i] = own[i] ? p->speed(p->ctx, f->s[i]) : 0.0;
+        const MemorySetting s = f->pick[i].s;
+        v[i] = s.ranks == now.ranks && (s.zero_stage == now.zero_stage || s.ranks == 1) ? p->speed(p->ctx, s) : -1.0;
     }
-    for (int i = 1; i < f->n; i++)
-        for (int j = i; j > 0 && own[j] && (!own[j - 1] || v[j] > v[j - 1]); j--) {
-            MemorySetting ts = f->s[j];
-            size_t tn = f->need[j];
-            double tv = v[j];
-            int to = own[j];
-            f->s[j] = f->s[j - 1], f->need[j] = f->need[j - 1], v[j] = v[j - 1], own[j] = own[j - 1];
-            f->s[j - 1] = ts, f->need[j - 1] = tn, v[j - 1] = tv, own[j - 1] = to;
+    for (int i = 1; i < f->n; i++)  // insertion: each line moves up past the slower ones
+        for (int j = i; j > 0 && v[j] >= 0.0 && v[j] > v[j - 1]; j--) {
+            const MemoryPick t = f->pick[j];
+            const double tv = v[j];
+            f->pick[j] = f->pick[j - 1], v[j] = v[j - 1];
+            f->pick[j - 1] = t, v[j - 1] = tv;
         }
 }
 
@@ -295,7 +295,7 @@ static inline int memory_suggestions(size_t budget, MemorySetting now, const Mem
         }
     }
     memory_order_by_speed(&f, now, p);
-    for (int i = 0; i < f.n; i++) memory_suggest_line(msg, cap, now, f.s[i], f.need[i], p);
+    for (int i = 0; i < f.n; i++) memory_suggest_line(msg, cap, now, f.pick[i].s, f.pick[i].need, p);
     return f.n;
 }
 
